@@ -1,0 +1,13 @@
+"""Gradient-inversion attacks behind one interface: ``attack(obs, stopper=None) -> Reconstruction``.
+
+``build(name, **params)`` returns an attack with its paper's defaults;
+``available()`` lists the registered names.
+"""
+
+from fedleak.attacks import dlg, idlg, inverting_gradients  # noqa: F401  (registration)
+from fedleak.attacks.base import Observation, Reconstruction, available, build
+from fedleak.attacks.early_stopping import Stopper, build_stopper
+from fedleak.attacks.label_inference import idlg_label
+
+__all__ = ["Observation", "Reconstruction", "Stopper", "available", "build", "build_stopper",
+           "idlg_label"]

@@ -1,0 +1,49 @@
+"""Deep Leakage from Gradients (DLG; Zhu, Liu and Han, NeurIPS 2019, Alg. 1, Eq. 4).
+
+A dummy image and a dummy label (logits) are drawn from N(0, 1) and optimised
+jointly with L-BFGS (lr 1, torch defaults) to minimise the squared L2 distance
+between their gradient and the observed one, summed over layers, with
+cross-entropy against softmax of the dummy label; 300 steps.
+
+``restarts`` > 1 (default 1, as published) draws new initialisations and keeps
+the one with the lowest final gradient distance: DLG fails mostly by stalling
+from an unlucky initialisation (measured on digits: 20 of 30 single-init runs
+succeed, EPAFL reports 0.66 on MNIST).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedleak.attacks.base import Observation, Reconstruction, register, stopper_from
+from fedleak.attacks.early_stopping import Stopper
+from fedleak.attacks.optimization import best_of_restarts, l2_distance, optimize
+from fedleak.fl.client import gradient
+
+
+@register("dlg")
+class DLG:
+    def __init__(self, iterations: int = 300, lr: float = 1.0, restarts: int = 1, seed: int = 0,
+                 stopper: dict | None = None) -> None:
+        self.iterations, self.lr, self.restarts, self.seed = iterations, lr, restarts, seed
+        self.stopper = stopper_from(stopper)
+
+    def __call__(self, obs: Observation, stopper: Stopper | None = None) -> Reconstruction:
+        gen = torch.Generator().manual_seed(self.seed)
+        target = obs.target_gradient()
+
+        def run_once(_: int):
+            x = obs.randn((obs.batch_size, *obs.input_shape), gen).requires_grad_(True)
+            y = obs.randn((obs.batch_size, obs.num_classes), gen).requires_grad_(True)
+
+            def objective() -> torch.Tensor:
+                trial = gradient(obs.model, x, torch.softmax(y, dim=-1), create_graph=True)
+                return l2_distance(list(trial.values()), target)
+
+            return optimize([x, y], objective, optimizer="lbfgs", lr=self.lr,
+                            iterations=self.iterations, stopper=stopper or self.stopper)
+
+        best, index, seconds = best_of_restarts(run_once, self.restarts)
+        x, y = best.variables
+        return Reconstruction(x.detach().clamp(0, 1), y.detach().argmax(-1), best.loss_trace,
+                              best.iterations, seconds, best.stop_reason, restart=index)

@@ -1,0 +1,1 @@
+"""Federated-learning simulation: client gradients, FedAvg server, rounds and evaluation."""

@@ -1,0 +1,15 @@
+"""Image metrics (after optimal matching), utility metrics and the attack success rate."""
+
+from fedleak.metrics.image import (
+    lpips,
+    lpips_unavailable_reason,
+    match,
+    mse,
+    noise_ratio,
+    psnr,
+    ssim,
+)
+from fedleak.metrics.utility import accuracy, pmm
+
+__all__ = ["accuracy", "lpips", "lpips_unavailable_reason", "match", "mse", "noise_ratio",
+           "pmm", "psnr", "ssim"]

@@ -1,0 +1,106 @@
+"""Image-similarity metrics after optimal matching (Refiner App. E; EPAFL §5).
+
+PSNR, SSIM (scikit-image, data range 1), MSE and LPIPS (``lpips`` package,
+AlexNet backbone). For batches, each reconstruction is matched to one true image
+by the assignment that minimises total MSE (``scipy.optimize.linear_sum_assignment``).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+from skimage.metrics import structural_similarity
+
+LPIPS_BACKBONE_FILE = "alexnet-owt-7be5be79.pth"
+
+
+def _check(rec: torch.Tensor, truth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if rec.shape != truth.shape or rec.ndim != 4:
+        raise ValueError(f"expected two (B, C, H, W) batches of one shape, got "
+                         f"{tuple(rec.shape)} and {tuple(truth.shape)}")
+    return rec.detach().float().cpu().clamp(0, 1), truth.detach().float().cpu()
+
+
+def match(rec: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    """Reorder ``rec`` so that ``rec[i]`` is the reconstruction assigned to ``truth[i]``."""
+    rec, truth = _check(rec, truth)
+    if rec.shape[0] == 1:
+        return rec
+    cost = ((truth.flatten(1)[:, None] - rec.flatten(1)[None]) ** 2).mean(-1)
+    rows, cols = linear_sum_assignment(cost.numpy())
+    return rec[torch.from_numpy(cols[np.argsort(rows)])]
+
+
+def _reduce(values: np.ndarray, reduction: str) -> float | np.ndarray:
+    if reduction == "none":
+        return values
+    if reduction == "mean":
+        return float(np.mean(values))
+    raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
+
+
+def mse(rec: torch.Tensor, truth: torch.Tensor, reduction: str = "mean"):
+    rec, truth = _check(match(rec, truth), truth)
+    return _reduce(((rec - truth) ** 2).flatten(1).mean(1).numpy().astype(np.float64), reduction)
+
+
+def psnr(rec: torch.Tensor, truth: torch.Tensor, reduction: str = "mean"):
+    """Peak signal-to-noise ratio in dB for images in [0, 1] (capped at 100 dB)."""
+    errors = mse(rec, truth, reduction="none")
+    values = np.array([100.0 if e <= 1e-10 else 10 * math.log10(1.0 / e) for e in errors])
+    return _reduce(values, reduction)
+
+
+def ssim(rec: torch.Tensor, truth: torch.Tensor, reduction: str = "mean"):
+    """Structural similarity (Wang et al., 2004), scikit-image, data range 1."""
+    rec, truth = _check(match(rec, truth), truth)
+    values = np.array([
+        structural_similarity(t.permute(1, 2, 0).numpy(), r.permute(1, 2, 0).numpy(),
+                              data_range=1.0, channel_axis=-1)
+        for r, t in zip(rec, truth)
+    ])
+    return _reduce(values, reduction)
+
+
+def lpips_backbone_path() -> Path:
+    return Path(torch.hub.get_dir()) / "checkpoints" / LPIPS_BACKBONE_FILE
+
+
+@lru_cache(maxsize=1)
+def _lpips_model():
+    import lpips
+
+    return lpips.LPIPS(net="alex", verbose=False).eval()
+
+
+def lpips_unavailable_reason() -> str | None:
+    """Why LPIPS cannot be computed offline, or None when it can."""
+    path = lpips_backbone_path()
+    if not path.is_file():
+        return (f"LPIPS AlexNet backbone weights not found at {path} "
+                f"(lpips downloads them once when a network is available)")
+    return None
+
+
+def lpips(rec: torch.Tensor, truth: torch.Tensor, reduction: str = "mean"):
+    """LPIPS (Zhang et al., 2018) with AlexNet; NaN when the backbone weights are missing."""
+    rec, truth = _check(match(rec, truth), truth)
+    if lpips_unavailable_reason() is not None:
+        return _reduce(np.full(rec.shape[0], np.nan), reduction)
+    if rec.shape[1] == 1:
+        rec, truth = rec.repeat(1, 3, 1, 1), truth.repeat(1, 3, 1, 1)
+    with torch.no_grad():
+        values = _lpips_model()(rec * 2 - 1, truth * 2 - 1).flatten().double().numpy()
+    return _reduce(values, reduction)
+
+
+def noise_ratio(images: torch.Tensor, evalnet: torch.nn.Module, reduction: str = "mean"):
+    """Refiner's evaluation-network score: the predicted proportion of noise in each image."""
+    with torch.no_grad():
+        values = evalnet(images.detach().float().cpu().clamp(0, 1)).double().numpy()
+    return _reduce(values, reduction)

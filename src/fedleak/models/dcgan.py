@@ -1,0 +1,94 @@
+"""DCGAN generator and discriminator (Radford et al., 2016) for 32x32 images.
+
+The generator maps z ~ N(0, I) of size ``latent_dim`` (100, as in GIAS) to an
+image in [-1, 1] (tanh); attacks map it to [0, 1] by (x + 1) / 2.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Generator(nn.Module):
+    def __init__(self, latent_dim: int = 100, channels: int = 3, width: int = 64) -> None:
+        super().__init__()
+        self.latent_dim = latent_dim
+        self.net = nn.Sequential(
+            nn.ConvTranspose2d(latent_dim, width * 4, 4, 1, 0, bias=False),
+            nn.BatchNorm2d(width * 4), nn.ReLU(True),
+            nn.ConvTranspose2d(width * 4, width * 2, 4, 2, 1, bias=False),
+            nn.BatchNorm2d(width * 2), nn.ReLU(True),
+            nn.ConvTranspose2d(width * 2, width, 4, 2, 1, bias=False),
+            nn.BatchNorm2d(width), nn.ReLU(True),
+            nn.ConvTranspose2d(width, channels, 4, 2, 1, bias=False), nn.Tanh(),
+        )
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.net(z.view(z.shape[0], self.latent_dim, 1, 1))
+
+
+class Discriminator(nn.Module):
+    def __init__(self, channels: int = 3, width: int = 64) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(channels, width, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, True),
+            nn.Conv2d(width, width * 2, 4, 2, 1, bias=False),
+            nn.BatchNorm2d(width * 2), nn.LeakyReLU(0.2, True),
+            nn.Conv2d(width * 2, width * 4, 4, 2, 1, bias=False),
+            nn.BatchNorm2d(width * 4), nn.LeakyReLU(0.2, True),
+            nn.Conv2d(width * 4, 1, 4, 1, 0, bias=False),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).view(-1)
+
+
+def init_weights(module: nn.Module) -> None:
+    """DCGAN initialisation: N(0, 0.02) convolutions, N(1, 0.02) batch-norm scales."""
+    if isinstance(module, (nn.Conv2d, nn.ConvTranspose2d)):
+        nn.init.normal_(module.weight, 0.0, 0.02)
+    elif isinstance(module, nn.BatchNorm2d):
+        nn.init.normal_(module.weight, 1.0, 0.02)
+        nn.init.zeros_(module.bias)
+
+
+def train_dcgan(images: torch.Tensor, epochs: int = 25, batch_size: int = 64, lr: float = 2e-4,
+                latent_dim: int = 100, width: int = 64, seed: int = 0,
+                progress: bool = True) -> tuple[Generator, list[dict]]:
+    """Non-saturating GAN training (Goodfellow et al., 2014) with DCGAN's Adam (beta1 = 0.5).
+
+    ``images`` are in [0, 1]; they are mapped to [-1, 1] for the tanh generator.
+    Returns the generator (eval mode) and the mean losses per epoch.
+    """
+    from tqdm import tqdm
+
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    g_net = Generator(latent_dim, images.shape[1], width)
+    d_net = Discriminator(images.shape[1], width)
+    g_net.apply(init_weights)
+    d_net.apply(init_weights)
+    g_opt = torch.optim.Adam(g_net.parameters(), lr=lr, betas=(0.5, 0.999))
+    d_opt = torch.optim.Adam(d_net.parameters(), lr=lr, betas=(0.5, 0.999))
+    bce = nn.functional.binary_cross_entropy_with_logits
+    data = images * 2 - 1
+    log = []
+    for epoch in tqdm(range(epochs), desc="dcgan", disable=not progress, leave=False):
+        order = torch.randperm(len(data), generator=gen)
+        d_total, g_total, steps = 0.0, 0.0, 0
+        for start in range(0, len(data), batch_size):
+            real = data[order[start:start + batch_size]]
+            fake = g_net(torch.randn(len(real), latent_dim, generator=gen))
+            d_loss = (bce(d_net(real), torch.ones(len(real)))
+                      + bce(d_net(fake.detach()), torch.zeros(len(real))))
+            d_opt.zero_grad()
+            d_loss.backward()
+            d_opt.step()
+            g_loss = bce(d_net(fake), torch.ones(len(real)))
+            g_opt.zero_grad()
+            g_loss.backward()
+            g_opt.step()
+            d_total, g_total, steps = d_total + d_loss.item(), g_total + g_loss.item(), steps + 1
+        log.append({"epoch": epoch, "d_loss": d_total / steps, "g_loss": g_total / steps})
+    return g_net.eval(), log

@@ -1,0 +1,141 @@
+"""Deterministic figures: PMM vs PSNR trade-off, reconstruction grids, evalnet monotonicity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.image as mpimg  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from fedleak.report.tables import ATTACK_KEYS, load_record  # noqa: E402
+from fedleak.utils.io import atomic_path  # noqa: E402
+
+DPI = 150
+SVG_HASHSALT = "fedleak"
+PALETTE = "colorblind"
+_METADATA = {
+    "png": {"Software": None},
+    "svg": {"Date": None},
+    "pdf": {"CreationDate": None, "Creator": None, "Producer": None},
+}
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
+    """Save ``fig`` as PNG, SVG or PDF without timestamps/versions, atomically; close it."""
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt not in _METADATA:
+        raise ValueError(f"{path}: unsupported figure format {fmt!r} (png, svg or pdf)")
+    try:
+        with atomic_path(path) as tmp, matplotlib.rc_context({"svg.hashsalt": SVG_HASHSALT}):
+            fig.savefig(tmp, format=fmt, dpi=DPI, metadata=_METADATA[fmt])
+    finally:
+        plt.close(fig)
+    return path
+
+
+def _colors(names: list[str]) -> dict[str, tuple]:
+    """Fixed colour per name, in sorted-name order."""
+    names = sorted(set(names))
+    return dict(zip(names, sns.color_palette(PALETTE, len(names)), strict=True))
+
+
+def _pmm_panel(ax: plt.Axes, data: pd.DataFrame, colors: dict[str, tuple], title: str) -> None:
+    data = data.dropna(subset=["pmm", "psnr"]).sort_values(["defense", "strength"])
+    defended = data[data["defense"] != "none"]
+    if not defended.empty:
+        sns.lineplot(
+            data=defended, x="pmm", y="psnr", hue="defense", palette=colors, marker="o",
+            estimator=None, errorbar=None, sort=False, ax=ax,
+        )
+        for row in defended.itertuples():
+            ax.annotate(f"{row.strength:g}", (row.pmm, row.psnr), xytext=(4, 4),
+                        textcoords="offset points", fontsize="x-small")
+    for row in data[data["defense"] == "none"].itertuples():
+        ax.scatter(row.pmm, row.psnr, marker="*", s=200, color=colors["none"], label="none",
+                   zorder=3)
+    ax.set(title=title, xlabel="PMM (%)", ylabel="mean PSNR (dB)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(title="defense", fontsize="small")
+
+
+def pmm_vs_psnr(tradeoff: pd.DataFrame, attack: str) -> Figure:
+    """Refiner Fig. 7 style: mean PSNR against PMM, one line per defense, one panel per case."""
+    data = tradeoff[tradeoff["attack"] == attack]
+    cases = sorted(data["case"].unique())
+    colors = _colors(list(tradeoff["defense"]))
+    fig, axes = plt.subplots(1, len(cases), figsize=(5.5 * len(cases), 4.5), squeeze=False,
+                             layout="constrained")
+    for ax, case in zip(axes[0], cases, strict=True):
+        _pmm_panel(ax, data[data["case"] == case], colors, f"{attack} — {case}")
+    return fig
+
+
+def _recon_runs(attack_files: list[Path]) -> list[tuple[str, str, str, float, Path]]:
+    """Sorted (attack, case, defense, strength, recon.png) of every seed-0 attack run."""
+    runs = []
+    for path in attack_files:
+        r = load_record(path, ATTACK_KEYS)
+        if r["seed"] == 0:
+            png = Path(path).parent / "recon.png"
+            runs.append((r["attack"], r["case"], r["defense"], float(r["strength"]), png))
+    return sorted(runs)
+
+
+def recon_grid(runs: list[tuple[str, str, str, float, Path]], attack: str) -> Figure:
+    """Stack the ``recon.png`` grids of ``runs`` (one attack), one labelled row per setting."""
+    several_cases = len({case for _, case, *_ in runs}) > 1
+    images = [mpimg.imread(png) for *_, png in runs]
+    height = sum(4.0 * img.shape[0] / img.shape[1] for img in images)
+    fig, axes = plt.subplots(len(runs), 1, figsize=(6.0, max(height, 1.0)), squeeze=False,
+                             layout="constrained")
+    for ax, (_, case, defense, strength, _), img in zip(axes[:, 0], runs, images, strict=True):
+        ax.imshow(img)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        label = f"{defense} {strength:g}"
+        ax.set_ylabel(f"{case}\n{label}" if several_cases else label, rotation=0,
+                      ha="right", va="center")
+    fig.suptitle(f"{attack}: truth (top) vs reconstruction (bottom), seed 0")
+    return fig
+
+
+def evalnet_monotonicity(evalnet: pd.DataFrame) -> Figure:
+    """Evaluation-network prediction against the true noise ratio, per dataset."""
+    fig, ax = plt.subplots(figsize=(5.0, 4.5), layout="constrained")
+    sns.lineplot(
+        data=evalnet, x="ratio", y="prediction", hue="dataset",
+        palette=_colors(list(evalnet["dataset"])), marker="o", estimator=None, errorbar=None,
+        ax=ax,
+    )
+    ax.plot([0, 1], [0, 1], linestyle="--", color="grey", label="identity")
+    ax.set(xlabel="noise ratio", ylabel="predicted ratio", title="Evaluation network")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def write_figures(
+    tables: dict[str, pd.DataFrame], attack_files: list[Path], out_dir: Path
+) -> list[Path]:
+    """Write every figure into ``out_dir`` and return their paths (empty inputs are skipped)."""
+    out_dir = Path(out_dir)
+    tradeoff = tables["tradeoff"]
+    attacks = sorted(tradeoff["attack"].unique())
+    paths = [
+        save_figure(pmm_vs_psnr(tradeoff, a), out_dir / f"pmm_vs_psnr_{a}.png") for a in attacks
+    ]
+    runs = _recon_runs(attack_files)
+    for attack in sorted({run[0] for run in runs}):
+        fig = recon_grid([run for run in runs if run[0] == attack], attack)
+        paths.append(save_figure(fig, out_dir / f"recon_{attack}.png"))
+    if not tables["evalnet_monotonicity"].empty:
+        fig = evalnet_monotonicity(tables["evalnet_monotonicity"])
+        paths.append(save_figure(fig, out_dir / "evalnet_monotonicity.png"))
+    return paths

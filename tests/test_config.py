@@ -1,0 +1,42 @@
+import pytest
+
+from fedleak import config as cfg
+
+
+def test_defaults_fill_an_empty_config():
+    config = cfg.validate({})
+    assert config["fl"]["rounds"] == 200
+    assert config["cases"][0]["partition"]["kind"] == "iid"
+    assert cfg.case_name(config["cases"][0]) == "digits-lenet-iid-k10"
+
+
+@pytest.mark.parametrize("bad, key", [
+    ({"fll": {}}, "'fll'"),
+    ({"fl": {"roundz": 3}}, "'fl.roundz'"),
+    ({"fl": {"rounds": "many"}}, "'fl.rounds'"),
+    ({"defenses": {"dp_gausian": {"strengths": [0.1]}}}, "'defenses.dp_gausian'"),
+    ({"attacks": {"dgl": {}}}, "'attacks.dgl'"),
+    ({"defenses": {"dp_gaussian": {"strengths": [-0.1]}}}, "'defenses.dp_gaussian.strengths[0]'"),
+    ({"defenses": {"quantization": {"strengths": [0]}}}, "'defenses.quantization.strengths[0]'"),
+    ({"attack": {"seeds": [7]}}, "'attack.seeds'"),
+])
+def test_bad_config_names_the_key_in_one_line(bad, key):
+    with pytest.raises(cfg.ConfigError) as err:
+        cfg.validate(bad)
+    message = str(err.value)
+    assert key in message
+    assert "\n" not in message
+
+
+def test_embedded_and_test_configs_are_valid():
+    from conftest import REPO
+
+    for name in ("config.yaml", "test.yaml"):
+        cfg.load(REPO / "config" / name)
+    for path in sorted((REPO / "config" / "paper").glob("*.yaml")):
+        cfg.load(path)
+
+
+def test_strength_text_is_canonical():
+    assert [cfg.fmt_strength(v) for v in (0, 0.01, 1e-5, 4, 0.99)] == \
+        ["0", "0.01", "1e-05", "4", "0.99"]

@@ -1,0 +1,38 @@
+import math
+
+import numpy as np
+import torch
+
+from fedleak import metrics
+
+
+def test_identical_images_score_perfectly(digits):
+    x = digits.x[:3]
+    assert metrics.psnr(x, x) == 100.0
+    assert math.isclose(metrics.ssim(x, x), 1.0)
+    assert metrics.mse(x, x) == 0.0
+
+
+def test_psnr_matches_its_definition(digits):
+    x = digits.x[:1]
+    noisy = (x + 0.1).clamp(0, 1)
+    expected = 10 * math.log10(1 / float(((noisy - x) ** 2).mean()))
+    assert math.isclose(metrics.psnr(noisy, x), expected, rel_tol=1e-6)
+
+
+def test_matching_undoes_a_permutation(digits):
+    x = digits.x[:5]
+    shuffled = x[torch.tensor([3, 0, 4, 1, 2])]
+    assert torch.equal(metrics.match(shuffled, x), x)
+    assert metrics.psnr(shuffled, x) == 100.0
+
+
+def test_lpips_is_nan_with_a_reason_when_weights_are_missing(digits, monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+    reason = metrics.lpips_unavailable_reason()
+    assert reason is not None and str(tmp_path) in reason
+    assert np.isnan(metrics.lpips(digits.x[:2], digits.x[:2]))
+
+
+def test_pmm_is_the_accuracy_ratio():
+    assert metrics.pmm(0.45, 0.9) == 50.0

@@ -1,0 +1,158 @@
+"""Tests for fedleak.report: tables, deterministic figures and the markdown report."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedleak.report import save_figure, write_figures, write_report, write_tables
+from fedleak.report.figures import evalnet_monotonicity
+from fedleak.report.tables import EVALNET_COLUMNS, PRIVACY_COLUMNS, TRADEOFF_COLUMNS
+
+CASE = "digits-lenet-iid"
+SETTINGS = [("none", 0.0), ("dp_gaussian", 0.01), ("dp_gaussian", 0.1)]
+ATTACKS = ["dlg", "inverting_gradients"]
+ACCURACY = {("none", 0.0): 0.9, ("dp_gaussian", 0.01): 0.81, ("dp_gaussian", 0.1): 0.45}
+
+
+def _write_json(path: Path, obj: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, sort_keys=True, allow_nan=True))
+    return path
+
+
+def _psnr(strength: float, attack: str, seed: int, victim: int) -> float:
+    return 30.0 - 100 * strength + (2 if attack == "dlg" else 0) + seed + 0.5 * victim
+
+
+def _evalnet(tmp: Path, dataset: str, predictions: list[float]) -> Path:
+    points = [{"ratio": (i + 1) / 10, "prediction": p} for i, p in enumerate(predictions)]
+    return _write_json(tmp / "evalnet" / f"{dataset}.json",
+                       {"dataset": dataset, "monotonicity": points})
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> dict[str, list[Path]]:
+    """Fake FL, attack and evalnet outputs for one case."""
+    rng = np.random.default_rng(0)
+    root = tmp_path / "results"
+    fl, attacks = [], []
+    for defense, strength in SETTINGS:
+        for seed in (0, 1):
+            fl.append(_write_json(
+                root / "fl" / CASE / defense / str(strength) / f"seed{seed}" / "metrics.json",
+                {"case": CASE, "defense": defense, "strength": strength, "seed": seed,
+                 "history": [{"round": 0, "accuracy": 0.1}],
+                 "final_accuracy": ACCURACY[defense, strength] - 0.01 * seed}))
+            for attack in ATTACKS:
+                run = root / "attacks" / CASE / defense / str(strength) / attack / f"seed{seed}"
+                victims = [
+                    {"victim": v, "label": v, "predicted_label": 0, "stop_reason": "threshold",
+                     "psnr": _psnr(strength, attack, seed, v), "ssim": 0.95 - 0.1 * v,
+                     "mse": 0.001, "lpips": float("nan"), "noise_ratio": strength,
+                     "iterations": 10 + v, "final_loss": 1e-6}
+                    for v in (0, 1)
+                ]
+                attacks.append(_write_json(run / "metrics.json", {
+                    "case": CASE, "defense": defense, "strength": strength, "attack": attack,
+                    "seed": seed, "victims": victims, "lpips_unavailable": "not installed"}))
+                mpimg.imsave(run / "recon.png", rng.random((16, 40, 3)))
+    evalnet = [_evalnet(root, "digits", [0.08, 0.2, 0.33, 0.41, 0.5, 0.62, 0.7, 0.79, 0.91])]
+    return {"fl": fl, "attack": attacks, "evalnet": evalnet}
+
+
+def _tables(inputs: dict[str, list[Path]], root: Path) -> dict[str, pd.DataFrame]:
+    return write_tables(inputs["fl"], inputs["attack"], inputs["evalnet"], root / "tables")
+
+
+def _build(inputs: dict[str, list[Path]], root: Path) -> tuple[dict[str, pd.DataFrame], list[Path]]:
+    tables = _tables(inputs, root)
+    return tables, write_figures(tables, inputs["attack"], root / "figures")
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def test_tables(inputs: dict[str, list[Path]], tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    tables = _tables(inputs, root)
+    utility, privacy, tradeoff = tables["utility"], tables["privacy"], tables["tradeoff"]
+    assert len(utility) == 6 and len(privacy) == 3 * 2 * 2 * 2 and len(tradeoff) == 3 * 2
+    assert list(privacy.columns) == PRIVACY_COLUMNS
+    assert list(tradeoff.columns) == TRADEOFF_COLUMNS
+    assert (utility.loc[utility["defense"] == "none", "pmm"] == 100.0).all()
+    assert utility["pmm"].iloc[0] == pytest.approx(100 * 0.81 / 0.9)  # dp 0.01, seed 0
+    row = tradeoff[(tradeoff["strength"] == 0.1) & (tradeoff["attack"] == "dlg")].iloc[0]
+    expected = np.mean([_psnr(0.1, "dlg", s, v) for s in (0, 1) for v in (0, 1)])
+    assert row["psnr"] == pytest.approx(expected)
+    assert row["accuracy"] == pytest.approx(np.mean([0.45, 0.44]))
+    assert (row["success_rate"], row["label_accuracy"], row["victims"]) == (0.5, 0.5, 4)
+    assert np.isnan(row["lpips"])
+    csv = pd.read_csv(root / "tables" / "utility.csv")
+    assert list(csv.columns) == list(utility.columns) and len(csv) == 6
+
+
+def test_monotonic_flag(tmp_path: Path) -> None:
+    files = [_evalnet(tmp_path, "up", [0.1, 0.2, 0.3]), _evalnet(tmp_path, "dip", [0.1, 0.3, 0.2])]
+    table = write_tables([], [], files, tmp_path / "tables")["evalnet_monotonicity"]
+    assert list(table.columns) == EVALNET_COLUMNS
+    assert table.groupby("dataset")["monotonic"].first().to_dict() == {"dip": False, "up": True}
+    assert table.loc[table["dataset"] == "dip", "increasing"].tolist() == [True, True, False]
+
+
+def test_empty_inputs(tmp_path: Path) -> None:
+    tables = write_tables([], [], [], tmp_path / "tables")
+    assert all(df.empty for df in tables.values())
+    assert list(tables["tradeoff"].columns) == TRADEOFF_COLUMNS
+    assert write_figures(tables, [], tmp_path / "figures") == []
+
+
+def test_figures_deterministic(inputs: dict[str, list[Path]], tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    _, figures = _build(inputs, root)
+    names = {p.name for p in figures}
+    assert names == {f"{kind}_{a}.png" for kind in ("pmm_vs_psnr", "recon") for a in ATTACKS} | {
+        "evalnet_monotonicity.png"}
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in figures)
+    first = {**_hashes(root / "tables"), **_hashes(root / "figures")}
+    _build(inputs, root)
+    assert {**_hashes(root / "tables"), **_hashes(root / "figures")} == first
+
+
+@pytest.mark.parametrize("suffix", ["png", "svg", "pdf"])
+def test_save_figure_deterministic(tmp_path: Path, suffix: str) -> None:
+    files = [_evalnet(tmp_path, "digits", [0.1, 0.5])]
+    table = write_tables([], [], files, tmp_path)["evalnet_monotonicity"]
+    paths = [save_figure(evalnet_monotonicity(table), tmp_path / f"f{i}.{suffix}") for i in (0, 1)]
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # no temp files left
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+
+
+def test_report(inputs: dict[str, list[Path]], tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    tables, figures = _build(inputs, root)
+    report = write_report(tables, figures, root / "report.md")
+    text = report.read_text()
+    assert text.startswith("# fedleak report")
+    for fig in figures:
+        assert f"](figures/{fig.name})" in text
+    assert "`digits`: monotonic" in text and "inverting_gradients" in text
+
+
+def test_malformed_file(inputs: dict[str, list[Path]], tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    bad = _write_json(root / "bad" / "metrics.json", {"case": CASE, "seed": 0})
+    with pytest.raises(ValueError, match=r"bad.*metrics\.json.*'defense'"):
+        write_tables([*inputs["fl"], bad], [], [], root / "tables")
+    victims = [{"victim": 0}]
+    bad = _write_json(bad, {"case": CASE, "defense": "none", "strength": 0, "attack": "dlg",
+                            "seed": 0, "victims": victims})
+    with pytest.raises(ValueError, match=r"metrics\.json: missing key 'label' in victims\[0\]"):
+        write_tables([], [bad], [], root / "tables")
