@@ -14,16 +14,17 @@ def context(digits):
         generator=torch.Generator().manual_seed(seed))
 
 
-def test_registry_lists_the_baselines():
-    assert defenses.available() == ["dp_gaussian", "dp_laplace", "none", "pruning",
-                                    "quantization"]
+def test_registry_lists_the_defenses():
+    assert defenses.available() == ["censor", "clipping", "dp_gaussian", "dp_laplace", "none",
+                                    "pruning", "quantization", "refiner", "soteria"]
     with pytest.raises(ValueError, match="unknown defense 'dp_gausian'"):
         defenses.build("dp_gausian")
 
 
 @pytest.mark.parametrize("name, params", [
     ("dp_gaussian", {"sigma": -1.0}), ("dp_laplace", {"scale": -0.5}),
-    ("quantization", {"bits": 0}), ("pruning", {"ratio": 1.5}),
+    ("quantization", {"bits": 0}), ("pruning", {"ratio": 1.5}), ("clipping", {"bound": 0}),
+    ("soteria", {"ratio": -0.1}), ("censor", {"trials": 0}),
 ])
 def test_bad_strength_is_rejected_with_its_name(name, params):
     key = next(iter(params))
@@ -31,7 +32,8 @@ def test_bad_strength_is_rejected_with_its_name(name, params):
         defenses.build(name, **params)
 
 
-@pytest.mark.parametrize("name", ["none", "dp_gaussian", "dp_laplace", "quantization", "pruning"])
+@pytest.mark.parametrize("name", ["none", "dp_gaussian", "dp_laplace", "quantization", "pruning",
+                                  "clipping", "soteria", "censor"])
 def test_update_has_the_model_parameter_keys_and_shapes(context, name):
     ctx = context()
     update = defenses.build(name)(ctx)
@@ -84,3 +86,72 @@ def test_quantization_is_unbiased_and_coarse(context):
                          for seed in range(400)])
     assert draws[0].unique().numel() <= 2 * (2**2 - 1) + 1
     assert float((draws.mean(0) - true).abs().max()) < 0.1 * float(true.norm())
+
+
+def test_clipping_bounds_every_layer(context):
+    ctx = context()
+    update = defenses.build("clipping", bound=0.05)(ctx)
+    for name, grad in ctx.true_gradient().items():
+        norm = float(update[name].norm())
+        assert norm <= 0.05 + 1e-6
+        torch.testing.assert_close(update[name] / norm, grad / grad.norm())
+
+
+@pytest.mark.parametrize("mode", ["grad", "weight", "weight_grad"])
+def test_pruning_modes_rank_by_their_score(context, mode):
+    ctx = context()
+    update = defenses.build("pruning", ratio=0.5, mode=mode)(ctx)
+    weight = dict(ctx.model.named_parameters())["fc.weight"].detach()
+    grad = ctx.true_gradient()["fc.weight"]
+    score = {"grad": grad.abs(), "weight": weight.abs(), "weight_grad": (grad * weight).abs()}[mode]
+    kept = update["fc.weight"] != 0
+    assert score[kept].min() >= score[~kept].max()
+
+
+def test_soteria_vectorised_mask_equals_the_per_feature_loop(context):
+    from fedleak.defenses.soteria import feature_scores, feature_scores_loop, soteria_mask
+
+    ctx = context()
+    fast, slow = feature_scores(ctx.model, ctx.x), feature_scores_loop(ctx.model, ctx.x)
+    torch.testing.assert_close(fast, slow, rtol=1e-4, atol=1e-6)
+    assert torch.equal(soteria_mask(fast, 0.3), soteria_mask(slow, 0.3))
+
+
+def test_soteria_zeroes_fc_columns_only(context):
+    ctx = context()
+    update = defenses.build("soteria", ratio=0.4)(ctx)
+    zero_columns = (update["fc.weight"] == 0).all(0)
+    assert int(zero_columns.sum()) == int(0.4 * 768)
+    for name, grad in ctx.true_gradient().items():
+        if name != "fc.weight":
+            assert torch.equal(update[name], grad)
+
+
+def test_censor_upload_is_orthogonal_with_the_true_norm_per_layer(context):
+    ctx = context()
+    update = defenses.build("censor", trials=20)(ctx)
+    for name, grad in ctx.true_gradient().items():
+        cos = torch.nn.functional.cosine_similarity(update[name].flatten(), grad.flatten(), dim=0)
+        assert abs(float(cos)) < 1e-4
+        assert float(update[name].norm()) == pytest.approx(float(grad.norm()), rel=1e-5)
+
+
+def test_censor_uploads_the_lowest_loss_trial(context):
+    from torch.func import functional_call
+
+    from fedleak.defenses.censor import orthogonal_like
+
+    ctx = context(seed=5)
+    upload = defenses.build("censor", trials=20)(ctx)
+    params = {n: p.detach() for n, p in ctx.model.named_parameters()}
+    replay = torch.Generator().manual_seed(5)
+    losses, candidates = [], []
+    with torch.no_grad():
+        for _ in range(20):
+            cand = {k: orthogonal_like(g, replay) for k, g in ctx.true_gradient().items()}
+            stepped = {k: params[k] - 1e-4 * cand[k] for k in params}
+            losses.append(float(torch.nn.functional.cross_entropy(
+                functional_call(ctx.model, stepped, (ctx.x,)), ctx.y)))
+            candidates.append(cand)
+    best = candidates[min(range(20), key=losses.__getitem__)]
+    assert all(torch.equal(upload[k], best[k]) for k in best)

@@ -109,12 +109,19 @@ def _build_model(case: dict, prepared: data.ImageData) -> torch.nn.Module:
     return models.build(case["model"], c, prepared.num_classes, h, **options)
 
 
+def build_defense(args, config: dict) -> defenses.Defense:
+    """The configured defense at ``args.strength``; Refiner gets the evaluation network."""
+    params = cfg.defense_params(config, args.defense)
+    if args.defense == "refiner":
+        params["evalnet"] = load_evalnet(Path(args.evalnet))
+    return defenses.build_at(args.defense, args.strength, **params)
+
+
 def cmd_fl_run(args, config: dict) -> None:
     case = cfg.find_case(config, args.case)
     seeds = child_seeds(args.seed, ["partition", "init", "rounds"])
     seed_everything(seeds["init"], config["threads"])
-    defense = defenses.build_at(args.defense, args.strength,
-                                **cfg.defense_params(config, args.defense))
+    defense = build_defense(args, config)
     train, test = data.load_prepared(args.data, "train"), data.load_prepared(args.data, "test")
     part = case["partition"]
     shards = data.partition(train.y.numpy(), part["kind"], part["clients"],
@@ -153,8 +160,7 @@ def cmd_attack(args, config: dict) -> None:
     spec = config["attack"]
     seeds = child_seeds(args.seed, ["victims", "defense", "attack"])
     seed_everything(seeds["attack"], config["threads"])
-    defense = defenses.build_at(args.defense, args.strength,
-                                **cfg.defense_params(config, args.defense))
+    defense = build_defense(args, config)
     params = cfg.attack_params(config, args.attack)
     train = data.load_prepared(args.data, "train")
     model = _build_model(case, train)
@@ -244,7 +250,7 @@ def _parser() -> argparse.ArgumentParser:
             target_data=text, out=text)
     command("train-gan", cmd_train_gan, data=text, out=text)
     setting = {"case": text, "defense": text, "strength": {"type": float}, "seed": {"type": int}}
-    command("fl-run", cmd_fl_run, data=text, out_dir=text, **setting)
+    command("fl-run", cmd_fl_run, data=text, evalnet=text, out_dir=text, **setting)
     command("attack", cmd_attack, attack=text, data=text, fl_dir=text, evalnet=text,
             out_dir=text, **setting)
     command("aggregate", cmd_aggregate, results=text)

@@ -6,6 +6,7 @@ rule fl_run:
     input:
         code("data", "models", "fl", "defenses", "metrics"),
         data=lambda w: f"results/data/{case_dataset(w)}/manifest.json",
+        evalnet=lambda w: f"results/evalnet/{case_dataset(w)}.pt",
     output:
         metrics="results/fl/{case}/{defense}/{strength}/seed{seed}/metrics.json",
         final="results/fl/{case}/{defense}/{strength}/seed{seed}/final.pt",
@@ -20,4 +21,4 @@ rule fl_run:
     shell:
         "fedleak fl-run --config {CONFIG_JSON} --case {wildcards.case}"
         " --defense {wildcards.defense} --strength {wildcards.strength} --seed {wildcards.seed}"
-        " --data {params.data} --out-dir results/fl/{wildcards.case}/{wildcards.defense}/{wildcards.strength}/seed{wildcards.seed}"
+        " --data {params.data} --evalnet {input.evalnet} --out-dir results/fl/{wildcards.case}/{wildcards.defense}/{wildcards.strength}/seed{wildcards.seed}"

@@ -1,6 +1,15 @@
 """Gradient defenses behind one interface: ``defense(ctx) -> Update`` (DESIGN §3)."""
 
-from fedleak.defenses import differential_privacy, none, pruning, quantization  # noqa: F401
+from fedleak.defenses import (  # noqa: F401  (registration)
+    censor,
+    clipping,
+    differential_privacy,
+    none,
+    pruning,
+    quantization,
+    refiner,
+    soteria,
+)
 from fedleak.defenses.base import (
     Defense,
     DefenseContext,

@@ -1,7 +1,9 @@
 """Gradient pruning (Zhu et al., DLG §5, "gradient compression"; Aji and Heafield, 2017).
 
-Per layer, the fraction ``ratio`` of gradient entries with the smallest magnitude
-is set to zero.
+Per layer, the fraction ``ratio`` of gradient entries with the smallest score is
+set to zero. Modes (Refiner §3.2.2, Table 1): ``grad`` scores by |gradient| (the
+classic defense, default), ``weight`` by |parameter value| and ``weight_grad`` by
+|gradient x value|, the element-wise importance Refiner's utility metric uses.
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ import torch
 
 from fedleak.defenses.base import Defense, DefenseContext, register
 from fedleak.fl.client import Update
+
+
+MODES = ("grad", "weight", "weight_grad")
 
 
 def prune_smallest(score: torch.Tensor, values: torch.Tensor, ratio: float) -> torch.Tensor:
@@ -27,10 +32,18 @@ def prune_smallest(score: torch.Tensor, values: torch.Tensor, ratio: float) -> t
 class Pruning(Defense):
     knob = "ratio"
 
-    def __init__(self, ratio: float = 0.2) -> None:
+    def __init__(self, ratio: float = 0.2, mode: str = "grad") -> None:
         if not 0 <= ratio <= 1:
             raise ValueError(f"pruning ratio must be in [0, 1], got {ratio}")
-        self.ratio = ratio
+        if mode not in MODES:
+            raise ValueError(f"pruning mode must be one of {MODES}, got {mode!r}")
+        self.ratio, self.mode = ratio, mode
 
     def __call__(self, ctx: DefenseContext) -> Update:
-        return {k: prune_smallest(g.abs(), g, self.ratio) for k, g in ctx.true_gradient().items()}
+        values = dict(ctx.model.named_parameters())
+        out = {}
+        for k, g in ctx.true_gradient().items():
+            w = values[k].detach()
+            score = {"grad": g.abs(), "weight": w.abs(), "weight_grad": (g * w).abs()}[self.mode]
+            out[k] = prune_smallest(score, g, self.ratio)
+        return out

@@ -1,0 +1,88 @@
+"""Soteria (Sun et al., CVPR 2021), as described in Refiner §2.4 and RecUP-FL §3.1 (4).
+
+The defended layer is the final Linear layer; r = its flattened input (the
+model's ``features(x)``). For every feature f the score ||dr_f/dx||_2 / |r_f|
+(summed over the batch) measures how little the input is exposed through f; the
+fraction ``ratio`` of features with the smallest score, i.e. the largest
+|r_f| / ||dr_f/dx||, is removed: their columns of the Linear weight gradient are
+zeroed; the bias gradient is untouched. The input Jacobian of all features is
+taken in one vectorised pass (``torch.func.vmap`` of ``jacrev``) instead of one
+backward pass per feature. Default ratio 0.1 (GGL and CENSOR's baseline).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fedleak.defenses.base import Defense, DefenseContext, register
+from fedleak.fl.client import Update
+
+EPS = 1e-10
+
+
+def _features_and_norms(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """r (B, F) and ||dr_f/dx_b|| (B, F), one vectorised Jacobian per sample."""
+    from torch.func import jacrev, vmap
+
+    if not hasattr(model, "features"):
+        raise ValueError(f"Soteria needs model.features(x) (the final Linear layer's input); "
+                         f"{type(model).__name__} has none")
+
+    def features(sample: torch.Tensor) -> torch.Tensor:
+        return model.features(sample.unsqueeze(0)).squeeze(0)
+
+    with torch.no_grad():
+        r = model.features(x)
+    jac = vmap(jacrev(features))(x)  # (B, F, C, H, W)
+    return r, jac.flatten(2).norm(dim=2)
+
+
+def feature_scores(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Per-feature score sum_b ||dr_f/dx_b|| / |r_f(x_b)| (small = leaks more)."""
+    r, norms = _features_and_norms(model, x)
+    return (norms / (r.abs() + EPS)).sum(0)
+
+
+def feature_scores_loop(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Reference implementation: one backward pass per feature (slow; for tests/benchmarks)."""
+    x = x.detach().requires_grad_(True)
+    r = model.features(x)
+    norms = torch.stack([
+        torch.autograd.grad(r[:, f].sum(), x, retain_graph=True)[0].flatten(1).norm(dim=1)
+        for f in range(r.shape[1])
+    ], dim=1)
+    return (norms / (r.detach().abs() + EPS)).sum(0)
+
+
+def soteria_mask(scores: torch.Tensor, ratio: float) -> torch.Tensor:
+    """1 for kept features, 0 for the ``ratio`` fraction with the smallest score."""
+    mask = torch.ones_like(scores)
+    count = int(ratio * scores.numel())
+    if count:
+        mask[torch.argsort(scores, stable=True)[:count]] = 0
+    return mask
+
+
+def defended_layer(model: nn.Module) -> str:
+    linears = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise ValueError(f"Soteria needs a Linear layer; {type(model).__name__} has none")
+    return f"{linears[-1]}.weight"
+
+
+@register("soteria")
+class Soteria(Defense):
+    knob = "ratio"
+
+    def __init__(self, ratio: float = 0.1, vectorised: bool = True) -> None:
+        if not 0 <= ratio <= 1:
+            raise ValueError(f"soteria ratio must be in [0, 1], got {ratio}")
+        self.ratio, self.vectorised = ratio, vectorised
+
+    def __call__(self, ctx: DefenseContext) -> Update:
+        update = dict(ctx.true_gradient())
+        scores = (feature_scores if self.vectorised else feature_scores_loop)(ctx.model, ctx.x)
+        key = defended_layer(ctx.model)
+        update[key] = update[key] * soteria_mask(scores, self.ratio).unsqueeze(0)
+        return update
