@@ -14,6 +14,7 @@ from fedleak import attacks, defenses, metrics
 from fedleak.models import LeNet
 
 HYBRID = {"kind": "hybrid", "threshold": 1e-5, "patience": 15}  # EPAFL's MNIST setting
+DEFENDED_STEPS = 100  # undefended DLG converges in 15-25 steps; defended runs stop here
 
 
 def victims(images, count: int, seed: int = 2024):
@@ -90,7 +91,8 @@ def test_inverting_gradients_reaches_20_db_on_digits(digit_victims):
 
 @pytest.fixture(scope="module")
 def dlg_hybrid_baseline(digit_victims):
-    return [run("dlg", v, seed=i, stopper=HYBRID) for i, v in enumerate(digit_victims[:4])]
+    return [run("dlg", v, seed=i, stopper=HYBRID, iterations=DEFENDED_STEPS)
+            for i, v in enumerate(digit_victims[:4])]
 
 
 STRONGEST = {"dp_gaussian": 0.1, "dp_laplace": 0.1, "quantization": 1, "pruning": 0.99}
@@ -109,8 +111,8 @@ def test_strongest_settings_match_the_embedded_config():
 def test_strongest_defense_drops_dlg_psnr_by_10_db(digit_victims, dlg_hybrid_baseline, name):
     baseline = np.mean([metrics.psnr(r.images, v[1])
                         for r, v in zip(dlg_hybrid_baseline, digit_victims)])
-    defended = np.mean([metrics.psnr(run("dlg", v, name, STRONGEST[name], seed=i,
-                                         stopper=HYBRID).images, v[1])
+    defended = np.mean([metrics.psnr(run("dlg", v, name, STRONGEST[name], seed=i, stopper=HYBRID,
+                                         iterations=DEFENDED_STEPS).images, v[1])
                         for i, v in enumerate(digit_victims[:4])])
     print(f"DLG mean PSNR: none {baseline:.2f} dB, {name}={STRONGEST[name]} {defended:.2f} dB")
     assert baseline - defended >= 10.0
@@ -121,7 +123,7 @@ def test_hybrid_early_stopping_on_mnist_keeps_success_and_halves_iterations(mnis
     attack), full 300 L-BFGS steps vs hybrid early stopping (T = 1e-5, P = 15)."""
     from fedleak.data import load_mnist
 
-    pool = victims(load_mnist(mnist_root), 10, seed=42)
+    pool = victims(load_mnist(mnist_root), 20, seed=42)
     full = [run("idlg", v, seed=i) for i, v in enumerate(pool)]
     early = [run("idlg", v, seed=i, stopper=HYBRID) for i, v in enumerate(pool)]
 

@@ -11,7 +11,8 @@ def feed(stopper, losses):
 
 
 def test_threshold_stops_below_t():
-    assert feed(Stopper("threshold", threshold=1e-3), [1, 0.1, 1e-2, 5e-4, 1e-5]) == (4, "threshold")
+    losses = [1, 0.1, 1e-2, 5e-4, 1e-5]
+    assert feed(Stopper("threshold", threshold=1e-3), losses) == (4, "threshold")
 
 
 def test_plateau_stops_after_patience_without_improvement():

@@ -44,7 +44,8 @@ def test_fedavg_without_defense_reaches_90_percent(undefended):
 def test_strongest_defense_costs_accuracy(split, undefended, name):
     spec = EMBEDDED["defenses"][name]
     strength = defenses.strongest(name, spec["strengths"])
-    defended = federated_accuracy(split, defenses.build_at(name, strength, **spec.get("params", {})))
+    defense = defenses.build_at(name, strength, **spec.get("params", {}))
+    defended = federated_accuracy(split, defense)
     print(f"{name}={strength}: accuracy {defended:.4f} vs undefended {undefended:.4f}")
     assert defended < undefended
 

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from fedleak import attacks, config as cfg, data, defenses, metrics, models, paths
-from fedleak.fl.client import gradient
+from fedleak import attacks, data, defenses, metrics, models, paths
+from fedleak import config as cfg
 from fedleak.fl.server import FLSettings, run_federated
 from fedleak.utils.io import load_torch, read_json, save_torch, write_json
 from fedleak.utils.seeding import child_seeds, seed_everything
@@ -227,7 +227,8 @@ def cmd_validate(args, config: dict) -> None:
 
 def cmd_list(args, config: dict | None) -> None:
     print("attacks: " + ", ".join(attacks.available()))
-    print("defenses: " + ", ".join(f"{d} ({defenses.knob(d) or '-'})" for d in defenses.available()))
+    knobs = (f"{d} ({defenses.knob(d) or '-'})" for d in defenses.available())
+    print("defenses: " + ", ".join(knobs))
 
 
 def _parser() -> argparse.ArgumentParser:

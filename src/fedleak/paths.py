@@ -33,10 +33,11 @@ def targets(config: dict, results: str | Path = "results") -> dict[str, list[Pat
     results = Path(results)
     cases = config["cases"]
     datasets = sorted({c["dataset"] for c in cases})
+    prepared = sorted({*datasets, config["evalnet"]["dataset"], config["gan"]["dataset"]})
+    attack_names = sorted(config["attacks"])
     settings = list(defense_settings(config))
     out: dict[str, list[Path]] = {
-        "data": [data_dir(results, d) / "manifest.json"
-                 for d in sorted({*datasets, config["evalnet"]["dataset"], config["gan"]["dataset"]})],
+        "data": [data_dir(results, d) / "manifest.json" for d in prepared],
         "evalnet": [evalnet_file(results, d) for d in datasets],
         "gan": [gan_file(results, config["gan"]["dataset"])],
         "fl": [], "attacks": [],
@@ -46,6 +47,6 @@ def targets(config: dict, results: str | Path = "results") -> dict[str, list[Pat
             out["fl"] += [fl_dir(results, case, defense, strength, s) / "metrics.json"
                           for s in config["fl"]["seeds"]]
             out["attacks"] += [attack_dir(results, case, defense, strength, a, s) / "metrics.json"
-                               for a in sorted(config["attacks"]) for s in config["attack"]["seeds"]]
+                               for a in attack_names for s in config["attack"]["seeds"]]
     out["report"] = [results / "report.md"]
     return out

@@ -153,7 +153,8 @@ def load_torchvision(name: str, root: str | Path, split: str = "train",
     import torchvision
 
     if name not in TORCHVISION:
-        raise ValueError(f"unknown torchvision dataset {name!r}; expected one of {sorted(TORCHVISION)}")
+        raise ValueError(f"unknown torchvision dataset {name!r}; "
+                         f"expected one of {sorted(TORCHVISION)}")
     if split not in ("train", "test"):
         raise ValueError(f"{name} split must be 'train' or 'test', got {split!r}")
     cls_name, folder = TORCHVISION[name]

@@ -13,7 +13,6 @@ import torch
 from fedleak.defenses.base import Defense, DefenseContext, register
 from fedleak.fl.client import Update
 
-
 MODES = ("grad", "weight", "weight_grad")
 
 

@@ -7,10 +7,14 @@ fraction ``ratio`` of features with the smallest score, i.e. the largest
 |r_f| / ||dr_f/dx||, is removed: their columns of the Linear weight gradient are
 zeroed; the bias gradient is untouched. The input Jacobian of all features is
 taken in one vectorised pass (``torch.func.vmap`` of ``jacrev``) instead of one
-backward pass per feature. Default ratio 0.1 (GGL and CENSOR's baseline).
+backward pass per feature. Scores use the model in eval mode (BatchNorm with its
+running statistics), so the Jacobian pass never updates them. Default ratio 0.1
+(GGL and CENSOR's baseline).
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -19,6 +23,16 @@ from fedleak.defenses.base import Defense, DefenseContext, register
 from fedleak.fl.client import Update
 
 EPS = 1e-10
+
+
+@contextmanager
+def _eval_mode(model: nn.Module):
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def _features_and_norms(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -32,9 +46,10 @@ def _features_and_norms(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor
     def features(sample: torch.Tensor) -> torch.Tensor:
         return model.features(sample.unsqueeze(0)).squeeze(0)
 
-    with torch.no_grad():
-        r = model.features(x)
-    jac = vmap(jacrev(features))(x)  # (B, F, C, H, W)
+    with _eval_mode(model):
+        with torch.no_grad():
+            r = model.features(x)
+        jac = vmap(jacrev(features))(x)  # (B, F, C, H, W)
     return r, jac.flatten(2).norm(dim=2)
 
 
@@ -47,11 +62,12 @@ def feature_scores(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 def feature_scores_loop(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """Reference implementation: one backward pass per feature (slow; for tests/benchmarks)."""
     x = x.detach().requires_grad_(True)
-    r = model.features(x)
-    norms = torch.stack([
-        torch.autograd.grad(r[:, f].sum(), x, retain_graph=True)[0].flatten(1).norm(dim=1)
-        for f in range(r.shape[1])
-    ], dim=1)
+    with _eval_mode(model):
+        r = model.features(x)
+        norms = torch.stack([
+            torch.autograd.grad(r[:, f].sum(), x, retain_graph=True)[0].flatten(1).norm(dim=1)
+            for f in range(r.shape[1])
+        ], dim=1)
     return (norms / (r.detach().abs() + EPS)).sum(0)
 
 

@@ -79,5 +79,6 @@ def monotonicity(net: EvaluationNetwork, images: torch.Tensor, seed: int = 0,
     rows = []
     with torch.no_grad():
         for ratio in ratios:
-            rows.append({"ratio": ratio, "prediction": float(net(blend(images, ratio, gen)).mean())})
+            prediction = float(net(blend(images, ratio, gen)).mean())
+            rows.append({"ratio": ratio, "prediction": prediction})
     return rows

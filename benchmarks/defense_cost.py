@@ -1,0 +1,91 @@
+"""Seconds per client update for every defense (Refiner Table 5 shape).
+
+One client update = the defended upload of one batch (default 32 CIFAR-sized
+images, 3x32x32) on LeNet, ResNet-10 and ResNet-18, on the CPU and on CUDA when
+present. Each defense is timed ``--repeats`` times interleaved with ``none`` so
+machine noise hits both; the table reports medians and the ratio to ``none``,
+plus Soteria's vectorised Jacobian against the per-feature loop.
+
+    python benchmarks/defense_cost.py [--models lenet resnet10 resnet18] [--out FILE.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from fedleak import defenses, models
+
+SETTINGS = {
+    "none": {}, "dp_gaussian": {"sigma": 0.01}, "dp_laplace": {"scale": 0.01},
+    "quantization": {"bits": 4}, "pruning": {"ratio": 0.5}, "clipping": {"bound": 4.0},
+    "soteria": {"ratio": 0.1}, "soteria_loop": {"ratio": 0.1, "vectorised": False},
+    "censor": {"trials": 20}, "refiner": {"epsilon": 0.1},
+}
+
+
+def time_update(defense, model, x, y, device, repeats: int) -> list[float]:
+    seconds = []
+    for r in range(repeats):
+        ctx = defenses.DefenseContext(model=model, x=x, y=y,
+                                      generator=torch.Generator().manual_seed(r))
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        update = defense(ctx)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+        del update
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["lenet", "resnet10", "resnet18"])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/out/defense_cost.csv"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    rows = []
+    for device in devices:
+        for name in args.models:
+            torch.manual_seed(0)
+            model = models.build(name, 3, 10, 32).to(device)
+            x = torch.rand(args.batch, 3, 32, 32, device=device)
+            y = torch.randint(0, 10, (args.batch,), device=device)
+            evalnet = models.EvaluationNetwork(3, 32).to(device).eval()
+            for label, params in SETTINGS.items():
+                registered = label.removesuffix("_loop")
+                if registered == "refiner":
+                    params = {**params, "evalnet": evalnet}
+                defense = defenses.build(registered, **params)
+                baseline = time_update(defenses.build("none"), model, x, y, device, args.repeats)
+                cost = time_update(defense, model, x, y, device, args.repeats)
+                rows.append({"device": device.type, "model": name, "defense": label,
+                             "seconds": statistics.median(cost),
+                             "none_seconds": statistics.median(baseline)})
+                seconds = rows[-1]["seconds"]
+                print(f"{device.type:4} {name:9} {label:13} {seconds:.4f} s", flush=True)
+    table = pd.DataFrame(rows)
+    table["ratio_to_none"] = table["seconds"] / table["none_seconds"]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(args.out, index=False, float_format="%.6g", lineterminator="\n")
+    wide = table.pivot_table(index="defense", columns=["device", "model"], values="ratio_to_none")
+    print("\nseconds per update / none:\n" + wide.round(2).to_string())
+    for (device, model), group in table.groupby(["device", "model"]):
+        loop = group.set_index("defense").loc["soteria_loop", "seconds"]
+        fast = group.set_index("defense").loc["soteria", "seconds"]
+        print(f"Soteria {device} {model}: loop / vectorised = {loop / fast:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""Refiner (Fan et al.): robust data is noisy to the evaluation network, and the
+uploaded gradient stays inside the epsilon-ball around the true gradient."""
+
+import pytest
+import torch
+
+from fedleak import data, defenses, metrics
+from fedleak.models import LeNet
+from fedleak.models.evalnet import monotonicity, train_evaluation_network
+
+
+@pytest.fixture(scope="module")
+def evalnet():
+    natural = data.load_natural(2000, seed=0, channels=1)  # as the embedded default trains it
+    net, _ = train_evaluation_network(natural.x, epochs=3, lr=1e-3, widths=(32, 64, 128),
+                                      progress=False)
+    return net
+
+
+@pytest.fixture()
+def context(digits):
+    torch.manual_seed(0)
+    model = LeNet(1, 10, 32)
+    return lambda: defenses.DefenseContext(model=model, x=digits.x[:8], y=digits.y[:8],
+                                           generator=torch.Generator().manual_seed(0))
+
+
+def test_evaluation_network_predictions_increase_with_the_noise_ratio(evalnet, digits):
+    predictions = [row["prediction"] for row in monotonicity(evalnet, digits.x[:200])]
+    assert predictions == sorted(predictions)
+
+
+def test_robust_data_is_noisy_to_the_evaluation_network(evalnet, context):
+    ctx = context()
+    robust = defenses.build("refiner", evalnet=evalnet).robust_data(ctx)
+    assert robust.shape == ctx.x.shape and 0 <= float(robust.min()) <= float(robust.max()) <= 1
+    assert metrics.noise_ratio(robust, evalnet) >= 0.5
+    assert metrics.noise_ratio(ctx.x, evalnet) < 0.5
+
+
+@pytest.mark.parametrize("epsilon", [0.01, 0.1, 0.5])
+def test_upload_lies_within_epsilon_of_the_true_gradient(evalnet, context, epsilon):
+    ctx = context()
+    upload = defenses.build("refiner", evalnet=evalnet, epsilon=epsilon)(ctx)
+    true = ctx.true_gradient()
+    norm = torch.sqrt(sum((g ** 2).sum() for g in true.values()))
+    distance = torch.sqrt(sum(((upload[k] - true[k]) ** 2).sum() for k in true))
+    assert float(distance) <= epsilon * float(norm) * (1 + 1e-5)
+    assert float(distance) > 0
+
+
+def test_refiner_needs_the_evaluation_network():
+    with pytest.raises(ValueError, match="evaluation network"):
+        defenses.build("refiner", evalnet=None)
