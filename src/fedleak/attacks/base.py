@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from fedleak.attacks.early_stopping import Stopper
+from fedleak.utils.registry import Registry
 
 
 @dataclass
@@ -76,29 +77,14 @@ class Reconstruction:
 
 
 Attack = Callable[..., Reconstruction]
-_REGISTRY: dict[str, type] = {}
-
-
-def register(name: str):
-    def decorator(cls: type) -> type:
-        if name in _REGISTRY:
-            raise ValueError(f"attack {name!r} registered twice")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return decorator
-
-
-def available() -> list[str]:
-    return sorted(_REGISTRY)
+_REGISTRY = Registry("attack")
+register = _REGISTRY.register
+available = _REGISTRY.available
 
 
 def build(name: str, **params) -> Attack:
     """An attack by registered name; ``params`` override its paper defaults."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown attack {name!r}; expected one of {available()}")
-    return _REGISTRY[name](**params)
+    return _REGISTRY.get(name)(**params)
 
 
 def stopper_from(spec: dict | Stopper | None) -> Stopper | None:

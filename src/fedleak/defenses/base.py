@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from fedleak.fl.client import Update, gradient
+from fedleak.utils.registry import Registry
 
 
 @dataclass
@@ -47,42 +48,24 @@ class Defense(ABC):
         return 0.0 if self.knob is None else float(getattr(self, self.knob))
 
 
-_REGISTRY: dict[str, type[Defense]] = {}
-
-
-def register(name: str):
-    def decorator(cls: type[Defense]) -> type[Defense]:
-        if name in _REGISTRY:
-            raise ValueError(f"defense {name!r} registered twice")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return decorator
-
-
-def available() -> list[str]:
-    return sorted(_REGISTRY)
+_REGISTRY = Registry("defense")
+register = _REGISTRY.register
+available = _REGISTRY.available
 
 
 def knob(name: str) -> str | None:
     """The name of a defense's strength parameter (None for ``none``)."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown defense {name!r}; expected one of {available()}")
-    return _REGISTRY[name].knob
+    return _REGISTRY.get(name).knob
 
 
 def strongest(name: str, strengths: list[float]) -> float:
     """The strongest of ``strengths`` for defense ``name``."""
-    knob(name)
-    return (min if _REGISTRY[name].stronger_when == "lower" else max)(strengths)
+    return (min if _REGISTRY.get(name).stronger_when == "lower" else max)(strengths)
 
 
 def build(name: str, **params) -> Defense:
     """A defense by registered name; ``params`` override its paper defaults."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown defense {name!r}; expected one of {available()}")
-    return _REGISTRY[name](**params)
+    return _REGISTRY.get(name)(**params)
 
 
 def build_at(name: str, strength: float, **params) -> Defense:
