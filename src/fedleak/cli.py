@@ -113,6 +113,8 @@ def build_defense(args, config: dict) -> defenses.Defense:
     """The configured defense at ``args.strength``; Refiner gets the evaluation network."""
     params = cfg.defense_params(config, args.defense)
     if args.defense == "refiner":
+        if not args.evalnet:
+            raise ValueError("defense 'refiner' needs --evalnet (the trained evaluation network)")
         params["evalnet"] = load_evalnet(Path(args.evalnet))
     return defenses.build_at(args.defense, args.strength, **params)
 
@@ -240,7 +242,7 @@ def _parser() -> argparse.ArgumentParser:
         if needs_config:
             p.add_argument("--config", required=True, help="YAML or JSON configuration")
         for flag, options in arguments.items():
-            p.add_argument(f"--{flag.replace('_', '-')}", required=True, **options)
+            p.add_argument(f"--{flag.replace('_', '-')}", **{"required": True, **options})
         p.set_defaults(func=func, needs_config=needs_config)
 
     text = {"type": str}
@@ -251,7 +253,9 @@ def _parser() -> argparse.ArgumentParser:
             target_data=text, out=text)
     command("train-gan", cmd_train_gan, data=text, out=text)
     setting = {"case": text, "defense": text, "strength": {"type": float}, "seed": {"type": int}}
-    command("fl-run", cmd_fl_run, data=text, evalnet=text, out_dir=text, **setting)
+    optional_evalnet = {"type": str, "required": False, "default": None,
+                        "help": "trained evaluation network (needed by the refiner defense)"}
+    command("fl-run", cmd_fl_run, data=text, evalnet=optional_evalnet, out_dir=text, **setting)
     command("attack", cmd_attack, attack=text, data=text, fl_dir=text, evalnet=text,
             out_dir=text, **setting)
     command("aggregate", cmd_aggregate, results=text)
