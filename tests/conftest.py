@@ -31,3 +31,36 @@ def mnist_root() -> Path:
             pytest.fail(f"CI needs the MNIST test set at {raw}")
         pytest.skip(f"the MNIST test set is not at {raw}")
     return SHARED_DATASETS
+
+
+@pytest.fixture(scope="session")
+def digits_splits(digits):
+    """The embedded default's stratified digits splits: {"train", "public", "test"} -> ImageData."""
+    from fedleak.data import ImageData
+    from fedleak.data.splits import stratified_splits
+
+    parts = stratified_splits(digits.y.numpy(), {"train": 0.6, "public": 0.2, "test": 0.2}, 0)
+    return {name: ImageData(digits.x[torch.from_numpy(idx)], digits.y[torch.from_numpy(idx)], 10)
+            for name, idx in parts.items()}
+
+
+@pytest.fixture(scope="session")
+def digits_generator(digits_splits):
+    """A DCGAN trained on the public digits split: the attacker's prior (victims: train)."""
+    from fedleak.models.dcgan import train_dcgan
+
+    generator, _ = train_dcgan(digits_splits["public"].x, epochs=40, batch_size=64, width=32,
+                               seed=0, progress=False)
+    return generator
+
+
+@pytest.fixture(scope="session")
+def natural_evalnet():
+    """The evaluation network as the embedded default trains it (natural crops, 1 channel)."""
+    from fedleak.data import load_natural
+    from fedleak.models.evalnet import train_evaluation_network
+
+    natural = load_natural(2000, seed=0, channels=1)
+    net, _ = train_evaluation_network(natural.x, epochs=3, lr=1e-3, widths=(32, 64, 128),
+                                      progress=False)
+    return net

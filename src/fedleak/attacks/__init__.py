@@ -7,7 +7,7 @@
 from fedleak.attacks import dlg, idlg, inverting_gradients  # noqa: F401  (registration)
 from fedleak.attacks.base import Observation, Reconstruction, available, build
 from fedleak.attacks.early_stopping import Stopper, build_stopper
-from fedleak.attacks.label_inference import idlg_label
+from fedleak.attacks.label_inference import batch_labels, idlg_label, infer_labels
 
 __all__ = ["Observation", "Reconstruction", "Stopper", "available", "build", "build_stopper",
-           "idlg_label"]
+           "batch_labels", "idlg_label", "infer_labels"]

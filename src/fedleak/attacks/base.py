@@ -21,6 +21,8 @@ class Observation:
     batch_size: int
     labels: torch.Tensor | None = None
     input_shape: tuple[int, int, int] | None = None
+    # BN_exact (GradInversion): the client's batch (mean, var) per BatchNorm layer, model order
+    bn_statistics: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

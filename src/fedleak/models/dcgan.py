@@ -92,3 +92,13 @@ def train_dcgan(images: torch.Tensor, epochs: int = 25, batch_size: int = 64, lr
             d_total, g_total, steps = d_total + d_loss.item(), g_total + g_loss.item(), steps + 1
         log.append({"epoch": epoch, "d_loss": d_total / steps, "g_loss": g_total / steps})
     return g_net.eval(), log
+
+
+def load_generator(path) -> Generator:
+    """The generator saved by ``fedleak train-gan`` (state dict + sizes), in eval mode."""
+    from fedleak.utils.io import load_torch
+
+    saved = load_torch(path)
+    net = Generator(saved["latent_dim"], saved["channels"], saved["width"])
+    net.load_state_dict(saved["generator"])
+    return net.eval()
