@@ -43,7 +43,7 @@ def code(*subpackages):
 wildcard_constraints:
     dataset="[a-z0-9_]+",
     case="[^/]+",
-    defense="[a-z_]+",
+    defense=r"[a-z_]+(\.[a-z_]+\d[0-9.e+-]*)?",
     strength="[^/]+",
     attack="[a-z_]+",
     seed=r"\d+",

@@ -3,10 +3,12 @@
 One client update = the defended upload of one batch (default 32 CIFAR-sized
 images, 3x32x32) on LeNet, ResNet-10 and ResNet-18, on the CPU and on CUDA when
 present. Each defense is timed ``--repeats`` times interleaved with ``none`` so
-machine noise hits both; the table reports medians and the ratio to ``none``,
-plus Soteria's vectorised Jacobian against the per-feature loop.
+machine noise hits both; the table reports medians and the ratio to ``none``.
+A second table times Soteria's vectorised Jacobian against the per-feature loop
+(one backward pass per feature) on LeNet for several batch sizes and image sizes.
 
     python benchmarks/defense_cost.py [--models lenet resnet10 resnet18] [--out FILE.csv]
+        [--soteria-batches 1 8 32] [--soteria-sizes 16 32]
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from fedleak import defenses, models
 SETTINGS = {
     "none": {}, "dp_gaussian": {"sigma": 0.01}, "dp_laplace": {"scale": 0.01},
     "quantization": {"bits": 4}, "pruning": {"ratio": 0.5}, "clipping": {"bound": 4.0},
-    "soteria": {"ratio": 0.1}, "soteria_loop": {"ratio": 0.1, "vectorised": False},
+    "soteria": {"ratio": 0.1},
     "censor": {"trials": 20}, "refiner": {"epsilon": 0.1},
 }
 
@@ -45,6 +47,36 @@ def time_update(defense, model, x, y, device, repeats: int) -> list[float]:
     return seconds
 
 
+def soteria_speedup(device: torch.device, batches: list[int], sizes: list[int],
+                    repeats: int) -> list[dict]:
+    """Soteria's score pass on LeNet: per-feature loop vs vectorised, interleaved."""
+    from fedleak.defenses.soteria import feature_scores, feature_scores_loop
+
+    rows = []
+    for size in sizes:
+        torch.manual_seed(0)
+        model = models.build("lenet", 3, 10, size).to(device)
+        for batch in batches:
+            x = torch.rand(batch, 3, size, size, device=device)
+            timings = {"loop": [], "vectorised": []}
+            for _ in range(repeats):
+                for label, fn in (("loop", feature_scores_loop), ("vectorised", feature_scores)):
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    start = time.perf_counter()
+                    fn(model, x)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    timings[label].append(time.perf_counter() - start)
+            loop, fast = (statistics.median(timings[k]) for k in ("loop", "vectorised"))
+            rows.append({"device": device.type, "image_size": size, "batch": batch,
+                         "loop_seconds": loop, "vectorised_seconds": fast,
+                         "speedup": loop / fast})
+            print(f"Soteria {device.type} LeNet {size}x{size} batch {batch}: "
+                  f"loop {loop:.4f} s, vectorised {fast:.4f} s, {loop / fast:.1f}x", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["lenet", "resnet10", "resnet18"])
@@ -52,6 +84,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/defense_cost.csv"))
+    parser.add_argument("--skip", nargs="*", default=[], choices=sorted(SETTINGS),
+                        help="defenses not to time (e.g. soteria on ResNets on a CPU)")
+    parser.add_argument("--soteria-batches", nargs="+", type=int, default=[1, 8, 32])
+    parser.add_argument("--soteria-sizes", nargs="+", type=int, default=[16, 32])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
@@ -64,10 +100,11 @@ def main() -> None:
             y = torch.randint(0, 10, (args.batch,), device=device)
             evalnet = models.EvaluationNetwork(3, 32).to(device).eval()
             for label, params in SETTINGS.items():
-                registered = label.removesuffix("_loop")
-                if registered == "refiner":
+                if label in args.skip:
+                    continue
+                if label == "refiner":
                     params = {**params, "evalnet": evalnet}
-                defense = defenses.build(registered, **params)
+                defense = defenses.build(label, **params)
                 baseline = time_update(defenses.build("none"), model, x, y, device, args.repeats)
                 cost = time_update(defense, model, x, y, device, args.repeats)
                 rows.append({"device": device.type, "model": name, "defense": label,
@@ -81,10 +118,13 @@ def main() -> None:
     table.to_csv(args.out, index=False, float_format="%.6g", lineterminator="\n")
     wide = table.pivot_table(index="defense", columns=["device", "model"], values="ratio_to_none")
     print("\nseconds per update / none:\n" + wide.round(2).to_string())
-    for (device, model), group in table.groupby(["device", "model"]):
-        loop = group.set_index("defense").loc["soteria_loop", "seconds"]
-        fast = group.set_index("defense").loc["soteria", "seconds"]
-        print(f"Soteria {device} {model}: loop / vectorised = {loop / fast:.1f}x")
+    speedups = pd.DataFrame([row for device in devices for row in soteria_speedup(
+        device, args.soteria_batches, args.soteria_sizes, args.repeats)])
+    speedups.to_csv(args.out.with_name(args.out.stem + "_soteria.csv"), index=False,
+                    float_format="%.6g", lineterminator="\n")
+    print("\nSoteria loop / vectorised:\n"
+          + speedups.pivot_table(index=["device", "image_size"], columns="batch",
+                                 values="speedup").round(1).to_string())
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ def run(name: str, victim, defense: str = "none", strength: float = 0.0, **param
 
 
 def test_registry_lists_the_attacks():
-    assert attacks.available() == ["dlg", "idlg", "inverting_gradients"]
+    assert attacks.available() == ["dlg", "eot", "gga", "gias", "gifd", "giml", "gradinversion",
+                                   "idlg", "inverting_gradients"]
     with pytest.raises(ValueError, match="unknown attack 'dgl'"):
         attacks.build("dgl")
 

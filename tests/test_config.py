@@ -40,3 +40,23 @@ def test_embedded_and_test_configs_are_valid():
 def test_strength_text_is_canonical():
     assert [cfg.fmt_strength(v) for v in (0, 0.01, 1e-5, 4, 0.99)] == \
         ["0", "0.01", "1e-05", "4", "0.99"]
+
+
+def test_ablation_settings_name_and_parametrise_each_point():
+    config = cfg.validate({"defenses": {"refiner": {"strengths": [0.1, 0.3]}},
+                           "ablations": {"refiner": {"strength": 0.1,
+                                                     "sweep": {"beta": [0, 2], "iterations": [5]}}}})
+    assert list(cfg.ablation_settings(config)) == [
+        ("refiner.beta0", "0.1"), ("refiner.beta2", "0.1"), ("refiner.iterations5", "0.1")]
+    params = cfg.defense_params(config, "refiner.iterations5")
+    assert params["iterations"] == 5 and isinstance(params["iterations"], int)
+    assert params["beta"] == 1.0  # the other parameters keep their configured defaults
+    assert cfg.split_label("refiner.tau1e-05") == ("refiner", {"tau": 1e-05})
+    with pytest.raises(cfg.ConfigError, match="refiner.beta"):
+        cfg.split_label("refiner.beta")
+
+
+def test_ablation_strength_must_be_a_configured_strength():
+    with pytest.raises(cfg.ConfigError, match=r"ablations.refiner.strength.*0.5"):
+        cfg.validate({"defenses": {"refiner": {"strengths": [0.1]}},
+                      "ablations": {"refiner": {"strength": 0.5, "sweep": {"beta": [0]}}}})

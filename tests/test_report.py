@@ -119,7 +119,8 @@ def test_figures_deterministic(inputs: dict[str, list[Path]], tmp_path: Path) ->
     _, figures = _build(inputs, root)
     names = {p.name for p in figures}
     assert names == {f"{kind}_{a}.png" for kind in ("pmm_vs_psnr", "recon") for a in ATTACKS} | {
-        "evalnet_monotonicity.png"}
+        "evalnet_monotonicity.png"} | {f"tradeoff_{m}.png" for m in ("psnr", "ssim", "lpips",
+                                                                     "noise_ratio")}
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in figures)
     first = {**_hashes(root / "tables"), **_hashes(root / "figures")}
     _build(inputs, root)
@@ -156,3 +157,42 @@ def test_malformed_file(inputs: dict[str, list[Path]], tmp_path: Path) -> None:
                             "seed": 0, "victims": victims})
     with pytest.raises(ValueError, match=r"metrics\.json: missing key 'label' in victims\[0\]"):
         write_tables([], [bad], [], root / "tables")
+
+
+def _tradeoff_rows(rows: list[tuple]) -> pd.DataFrame:
+    keys = ["case", "defense", "strength", "attack", "pmm", "psnr", "ssim", "mse", "lpips",
+            "noise_ratio"]
+    return pd.DataFrame.from_records(rows, columns=keys)
+
+
+def test_censor_table_has_one_row_per_setting_and_four_metrics_per_attack() -> None:
+    from fedleak.report.tables import censor_table
+
+    tradeoff = _tradeoff_rows([
+        ("c", "none", 0.0, "dlg", 100, 30.0, 0.9, 0.001, np.nan, 0.1),
+        ("c", "none", 0.0, "ig", 100, 20.0, 0.7, 0.01, np.nan, 0.2),
+        ("c", "censor", 20.0, "dlg", 98, 5.0, 0.1, 0.3, np.nan, 0.5),
+        ("c", "censor", 20.0, "ig", 98, 6.0, 0.1, 0.2, np.nan, 0.5),
+        ("c", "refiner.beta0", 0.1, "ig", 97, 9.0, 0.2, 0.1, np.nan, 0.4),
+    ])
+    table = censor_table(tradeoff)
+    assert table[["defense", "strength"]].values.tolist() == [["censor", 20.0], ["none", 0.0]]
+    assert list(table.columns[3:]) == [f"{a}_{m}" for a in ("dlg", "ig")
+                                       for m in ("mse", "lpips", "psnr", "ssim")]
+    assert table.loc[table["defense"] == "censor", "ig_psnr"].item() == 6.0
+
+
+def test_ablation_table_puts_the_default_value_from_the_main_run() -> None:
+    from fedleak.report.tables import ablation_table
+
+    tradeoff = _tradeoff_rows([
+        ("c", "refiner", 0.1, "ig", 97, 9.0, 0.2, 0.1, np.nan, 0.4),
+        ("c", "refiner", 0.3, "ig", 99, 12.0, 0.3, 0.05, np.nan, 0.3),
+        ("c", "refiner.beta0", 0.1, "ig", 98, 11.0, 0.25, 0.08, np.nan, 0.35),
+        ("c", "refiner.beta2", 0.1, "ig", 96, 8.0, 0.15, 0.12, np.nan, 0.45),
+    ])
+    table = ablation_table(tradeoff, {"refiner": {"strength": 0.1, "sweep": {"beta": [0, 2]}}},
+                           {"refiner": {"beta": 1.0}})
+    assert table["value"].tolist() == [0, 1.0, 2]
+    assert table["default"].tolist() == [False, True, False]
+    assert table["psnr"].tolist() == [11.0, 9.0, 8.0]

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from fedleak import attacks, data, defenses, metrics, models, paths
 from fedleak import config as cfg
+from fedleak.attacks.bn_statistics import batch_statistics, dataset_statistics
 from fedleak.fl.server import FLSettings, run_federated
 from fedleak.utils.io import load_torch, read_json, save_torch, write_json
 from fedleak.utils.seeding import child_seeds, seed_everything
@@ -26,7 +27,7 @@ def _dataset_options(config: dict, name: str) -> tuple[dict, dict, int]:
     spec = dict(config["datasets"][name])
     splits = spec.pop("splits")
     if name == "digits":
-        return {"channels": spec["channels"]}, splits, spec["split_seed"]
+        return {"channels": spec["channels"], "size": spec["size"]}, splits, spec["split_seed"]
     if name == "natural":
         return {"count": spec["count"], "seed": spec["seed"], "channels": spec["channels"]}, \
             splits, spec["seed"]
@@ -91,6 +92,41 @@ def cmd_train_gan(args, config: dict) -> None:
                                                      "split": spec["split"], "log": log})
 
 
+def cmd_train_giml(args, config: dict) -> None:
+    """GIML's generator, meta-learned from client gradients of the undefended FL run."""
+    from fedleak.attacks.giml import meta_learn_generator
+
+    spec = config["giml"]
+    case = cfg.find_case(config, args.case)
+    seed_everything(spec["seed"], config["threads"])
+    train = data.load_prepared(args.data, "train")
+    model = _build_model(case, train)
+    model.load_state_dict(load_torch(Path(args.fl_dir) / f"round{config['attack']['round']}.pt"))
+    rng = np.random.default_rng(spec["seed"])
+    chosen = rng.choice(len(train), spec["observations"] * spec["batch_size"], replace=False)
+    observations = []
+    for batch in np.sort(chosen).reshape(spec["observations"], spec["batch_size"]):
+        idx = torch.from_numpy(batch)
+        update = defenses.build("none")(defenses.DefenseContext(
+            model=model, x=train.x[idx], y=train.y[idx], generator=torch.Generator()))
+        observations.append(attacks.Observation(model=model, gradient=update,
+                                                batch_size=len(idx)))
+    generator = models.Generator(spec["latent_dim"], train.x.shape[1], spec["width"])
+    torch.manual_seed(spec["seed"])
+    generator.apply(models.dcgan.init_weights)
+    keys = ("outer_steps", "tasks_per_step", "latent_iterations", "parameter_iterations",
+            "lr_z", "lr_w", "meta_lr", "tv", "z_norm", "seed")
+    meta, log = meta_learn_generator(observations, generator, **{k: spec[k] for k in keys})
+    save_torch(args.out, {"generator": meta.state_dict(), "latent_dim": spec["latent_dim"],
+                          "width": spec["width"], "channels": train.x.shape[1]})
+    with torch.no_grad():
+        z = torch.randn(64, spec["latent_dim"], generator=torch.Generator().manual_seed(0))
+        save_grid((meta(z) + 1) / 2, Path(args.out).with_suffix(".png"), nrow=8)
+    write_json(Path(args.out).with_suffix(".json"), {"case": args.case, "spec": spec,
+                                                     "indices": sorted(chosen.tolist()),
+                                                     "log": log})
+
+
 def save_grid(images: torch.Tensor, path: Path, nrow: int) -> None:
     from PIL import Image
     from torchvision.utils import make_grid
@@ -111,12 +147,13 @@ def _build_model(case: dict, prepared: data.ImageData) -> torch.nn.Module:
 
 def build_defense(args, config: dict) -> defenses.Defense:
     """The configured defense at ``args.strength``; Refiner gets the evaluation network."""
+    name, _ = cfg.split_label(args.defense)
     params = cfg.defense_params(config, args.defense)
-    if args.defense == "refiner":
+    if name == "refiner":
         if not args.evalnet:
             raise ValueError("defense 'refiner' needs --evalnet (the trained evaluation network)")
         params["evalnet"] = load_evalnet(Path(args.evalnet))
-    return defenses.build_at(args.defense, args.strength, **params)
+    return defenses.build_at(name, args.strength, **params)
 
 
 def cmd_fl_run(args, config: dict) -> None:
@@ -157,58 +194,105 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def _attack_options(name: str, config: dict, args, model: torch.nn.Module) -> dict:
+    """Config params of an attack plus the artifacts its constructor asks for."""
+    import inspect
+
+    params = cfg.attack_params(config, name)
+    wanted = inspect.signature(attacks.base.registered(name)).parameters
+    if name == "giml":
+        if not args.giml_generator:
+            raise ValueError("attack 'giml' needs --giml-generator (made by train-giml)")
+        params["generator"] = models.dcgan.load_generator(args.giml_generator)
+    elif "generator" in wanted:
+        if not args.generator:
+            raise ValueError(f"attack {name!r} needs --generator (the trained GAN prior)")
+        params["generator"] = models.dcgan.load_generator(args.generator)
+    if "defense" in wanted:  # EOT: the attacker samples the setting's (stochastic) defense
+        params["defense"] = build_defense(args, config)
+    if params.get("bn") == "proxy":  # GradInversion BN_proxy: statistics of the public split
+        public = data.load_prepared(args.data, "public")
+        params["bn_proxy"] = dataset_statistics(model, public.x.to(_device(model)))
+    return params
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _victims(args, config: dict, model: torch.nn.Module, train: data.ImageData,
+             defense: defenses.Defense, seeds: dict) -> tuple[list, list[torch.Tensor]]:
+    """The observations (defended uploads) of ``attack.victims`` client batches, and the truths."""
+    spec = config["attack"]
+    device = next(model.parameters()).device
+    rng = np.random.default_rng(seeds["victims"])
+    chosen = rng.choice(len(train), spec["victims"] * spec["batch_size"], replace=False)
+    observations, truths = [], []
+    for v in range(spec["victims"]):
+        idx = torch.from_numpy(np.sort(chosen[v * spec["batch_size"]:(v + 1) * spec["batch_size"]]))
+        x, y = train.x[idx].to(device), train.y[idx].to(device)
+        ctx = defenses.DefenseContext(model=model, x=x, y=y,
+                                      generator=torch.Generator().manual_seed(seeds["defense"] + v))
+        observations.append(attacks.Observation(
+            model=model, gradient=defense(ctx), batch_size=len(idx),
+            labels=y if spec["known_labels"] else None,
+            bn_statistics=batch_statistics(model, x) or None))  # BN_exact: shared by the client
+        truths.append((idx, x.cpu(), y.cpu()))
+    return observations, truths
+
+
+def _victim_record(v: int, truth: tuple, rec: attacks.Reconstruction,
+                   evalnet: torch.nn.Module) -> tuple[dict, torch.Tensor]:
+    idx, x, y = truth
+    matched = metrics.match(rec.images.cpu(), x)
+    single = len(y) == 1
+    return {
+        "victim": v, "indices": idx.tolist(),
+        "label": y.tolist()[0] if single else sorted(y.tolist()),
+        "predicted_label": rec.labels.tolist()[0] if single else sorted(rec.labels.tolist()),
+        "psnr": metrics.psnr(matched, x), "ssim": metrics.ssim(matched, x),
+        "mse": metrics.mse(matched, x), "lpips": metrics.lpips(matched, x),
+        "noise_ratio": metrics.noise_ratio(matched, evalnet),
+        "iterations": rec.iterations, "stop_reason": rec.stop_reason,
+        "final_loss": rec.loss_trace[-1] if rec.loss_trace else None,
+        "wall_time": rec.wall_time,
+    }, matched
+
+
 def cmd_attack(args, config: dict) -> None:
+    """Every attack in ``--attacks`` against the same defended uploads of one setting."""
     case = cfg.find_case(config, args.case)
     spec = config["attack"]
     seeds = child_seeds(args.seed, ["victims", "defense", "attack"])
     seed_everything(seeds["attack"], config["threads"])
     defense = build_defense(args, config)
-    params = cfg.attack_params(config, args.attack)
     train = data.load_prepared(args.data, "train")
     model = _build_model(case, train)
     model.load_state_dict(load_torch(Path(args.fl_dir) / f"round{spec['round']}.pt"))
-    device = resolve_device(config["device"])
-    model.to(device)
+    model.to(resolve_device(config["device"]))
+    options = {name: _attack_options(name, config, args, model) for name in args.attacks}
     evalnet = load_evalnet(Path(args.evalnet))
-    rng = np.random.default_rng(seeds["victims"])
-    chosen = rng.choice(len(train), spec["victims"] * spec["batch_size"], replace=False)
-    victims, truths, recons = [], [], []
-    for v in tqdm(range(spec["victims"]), desc=f"{args.attack} vs {args.defense}", leave=False):
-        idx = torch.from_numpy(np.sort(chosen[v * spec["batch_size"]:(v + 1) * spec["batch_size"]]))
-        x, y = train.x[idx].to(device), train.y[idx].to(device)
-        ctx = defenses.DefenseContext(model=model, x=x, y=y,
-                                      generator=torch.Generator().manual_seed(seeds["defense"] + v))
-        observed = defense(ctx)
-        obs = attacks.Observation(model=model, gradient=observed, batch_size=len(idx),
-                                  labels=y if spec["known_labels"] else None)
-        rec = attacks.build(args.attack, seed=seeds["attack"] + v, **params)(obs)
-        x, y = x.cpu(), y.cpu()
-        matched = metrics.match(rec.images, x)
-        truths.append(x)
-        recons.append(matched)
-        victims.append({
-            "victim": v, "indices": idx.tolist(),
-            "label": y.tolist()[0] if len(y) == 1 else y.tolist(),
-            "predicted_label": rec.labels.tolist()[0] if len(y) == 1 else rec.labels.tolist(),
-            "psnr": metrics.psnr(matched, x), "ssim": metrics.ssim(matched, x),
-            "mse": metrics.mse(matched, x), "lpips": metrics.lpips(matched, x),
-            "noise_ratio": metrics.noise_ratio(matched, evalnet),
-            "iterations": rec.iterations, "stop_reason": rec.stop_reason,
-            "final_loss": rec.loss_trace[-1] if rec.loss_trace else None,
-            "wall_time": rec.wall_time,
+    observations, truths = _victims(args, config, model, train, defense, seeds)
+    for name in tqdm(args.attacks, desc=f"attacks vs {args.defense}", leave=False):
+        count = spec["victims_by_attack"].get(name, spec["victims"])
+        attack = attacks.build(name, seed=seeds["attack"], **options[name])
+        recs = attacks.reconstruct_all(attack, observations[:count])  # victim v: seed + v
+        records, matched = zip(*(_victim_record(v, truth, rec, evalnet)
+                                 for v, (truth, rec) in enumerate(zip(truths, recs))))
+        out_dir = Path(args.out_dir) / name / f"seed{args.seed}"
+        shown = min(spec["grid_victims"], count)
+        truth_images = torch.cat([t[1] for t in truths[:shown]])
+        save_grid(torch.cat([truth_images, torch.cat(matched[:shown])]), out_dir / "recon.png",
+                  nrow=len(truth_images))
+        params = cfg.attack_params(config, name)  # the configured values (no artifacts)
+        write_json(out_dir / "metrics.json", {
+            "case": args.case, "defense": args.defense, "strength": float(args.strength),
+            "attack": name, "seed": args.seed, "round": spec["round"], "params": params,
+            "victims": list(records), "lpips_unavailable": metrics.lpips_unavailable_reason(),
         })
-    out_dir = Path(args.out_dir)
-    shown = spec["grid_victims"] * spec["batch_size"]
-    truth, recon = torch.cat(truths)[:shown], torch.cat(recons)[:shown]
-    save_grid(torch.cat([truth, recon]), out_dir / "recon.png", nrow=len(truth))
-    write_json(out_dir / "metrics.json", {
-        "case": args.case, "defense": args.defense, "strength": float(args.strength),
-        "attack": args.attack, "seed": args.seed, "round": spec["round"], "params": params,
-        "victims": victims, "lpips_unavailable": metrics.lpips_unavailable_reason(),
-    })
-    mean_psnr = float(np.mean([v["psnr"] for v in victims]))
-    print(f"{args.attack} vs {args.defense}={args.strength}: mean PSNR {mean_psnr:.2f} dB",
-          file=sys.stderr)
+        mean_psnr = float(np.mean([r["psnr"] for r in records]))
+        print(f"{name} vs {args.defense}={args.strength}: mean PSNR {mean_psnr:.2f} dB",
+              file=sys.stderr)
 
 
 def cmd_aggregate(args, config: dict) -> None:
@@ -217,8 +301,9 @@ def cmd_aggregate(args, config: dict) -> None:
     results = Path(args.results)
     wanted = paths.targets(config, results)
     evalnet_json = [p.with_suffix(".json") for p in wanted["evalnet"]]
+    params = {name: cfg.defense_params(config, name) for name in config["defenses"]}
     tables = report.write_tables(wanted["fl"], wanted["attacks"], evalnet_json,
-                                 results / "tables")
+                                 results / "tables", config["ablations"], params)
     figures = report.write_figures(tables, wanted["attacks"], results / "figures")
     report.write_report(tables, figures, results / "report.md", title=config["title"])
 
@@ -256,8 +341,13 @@ def _parser() -> argparse.ArgumentParser:
     optional_evalnet = {"type": str, "required": False, "default": None,
                         "help": "trained evaluation network (needed by the refiner defense)"}
     command("fl-run", cmd_fl_run, data=text, evalnet=optional_evalnet, out_dir=text, **setting)
-    command("attack", cmd_attack, attack=text, data=text, fl_dir=text, evalnet=text,
-            out_dir=text, **setting)
+    command("train-giml", cmd_train_giml, case=text, data=text, fl_dir=text, out=text)
+    command("attack", cmd_attack, attacks={"nargs": "+", "help": "attacks to run"}, data=text,
+            fl_dir=text, evalnet=text, out_dir=text,
+            generator={"type": str, "required": False, "default": None,
+                       "help": "trained GAN prior (needed by GAN-based attacks)"},
+            giml_generator={"type": str, "required": False, "default": None,
+                            "help": "GIML's meta-learned generator (needed by giml)"}, **setting)
     command("aggregate", cmd_aggregate, results=text)
     return parser
 

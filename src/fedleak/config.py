@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Iterator
 from functools import lru_cache
 from importlib import resources
@@ -75,6 +76,19 @@ def validate(config: dict, schema_file: str | Path | None = None) -> dict:
                     key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         raise ConfigError(f"invalid config: {_describe(errors[0])}")
+    for name, ablation in config["ablations"].items():
+        strengths = config["defenses"].get(name, {}).get("strengths", [])
+        if ablation["strength"] not in strengths:
+            raise ConfigError(f"invalid config: 'ablations.{name}.strength' "
+                              f"{ablation['strength']} is not in 'defenses.{name}.strengths' "
+                              f"{strengths} (the default-parameter row of the ablation)")
+    for name, count in config["attack"]["victims_by_attack"].items():
+        if name not in config["attacks"]:
+            raise ConfigError(f"invalid config: 'attack.victims_by_attack.{name}': not a "
+                              f"configured attack (expected one of {sorted(config['attacks'])})")
+        if count > config["attack"]["victims"]:
+            raise ConfigError(f"invalid config: 'attack.victims_by_attack.{name}' {count} is "
+                              f"more than 'attack.victims' {config['attack']['victims']}")
     missing = sorted(set(config["attack"]["seeds"]) - set(config["fl"]["seeds"]))
     if missing:
         raise ConfigError(f"invalid config: 'attack.seeds' {missing} are not in 'fl.seeds' "
@@ -118,8 +132,38 @@ def defense_settings(config: dict) -> Iterator[tuple[str, str]]:
             yield name, fmt_strength(strength)
 
 
-def defense_params(config: dict, name: str) -> dict[str, Any]:
-    return dict(config["defenses"].get(name, {}).get("params", {}))
+def ablation_label(defense: str, param: str, value: float) -> str:
+    """The defense-setting name of one ablation point, e.g. ``refiner.beta0.5``."""
+    return f"{defense}.{param}{fmt_strength(value)}"
+
+
+def split_label(label: str) -> tuple[str, dict[str, float]]:
+    """``refiner.beta0.5`` -> ("refiner", {"beta": 0.5}); a plain name -> (name, {})."""
+    name, _, variant = label.partition(".")
+    if not variant:
+        return name, {}
+    match = re.fullmatch(r"([a-z_]+)(\d[0-9.e+-]*)", variant)
+    if match is None:
+        raise ConfigError(f"bad ablation setting {label!r}; expected '<defense>.<param><value>'")
+    return name, {match[1]: float(match[2])}
+
+
+def ablation_settings(config: dict) -> Iterator[tuple[str, str]]:
+    """(ablation label, strength text) for every point of every configured ablation sweep."""
+    for name in sorted(config["ablations"]):
+        ablation = config["ablations"][name]
+        for param in sorted(ablation["sweep"]):
+            for value in ablation["sweep"][param]:
+                yield ablation_label(name, param, value), fmt_strength(ablation["strength"])
+
+
+def defense_params(config: dict, label: str) -> dict[str, Any]:
+    """The configured params of a defense setting, with an ablation label's override applied."""
+    name, override = split_label(label)
+    params = dict(config["defenses"].get(name, {}).get("params", {}))
+    for key, value in override.items():
+        params[key] = int(value) if key == "iterations" else value
+    return params
 
 
 def attack_params(config: dict, name: str) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedleak.config import case_name, defense_settings
+from fedleak.config import ablation_settings, case_name, defense_settings
 
 
 def data_dir(results: Path, dataset: str) -> Path:
@@ -35,7 +35,7 @@ def targets(config: dict, results: str | Path = "results") -> dict[str, list[Pat
     datasets = sorted({c["dataset"] for c in cases})
     prepared = sorted({*datasets, config["evalnet"]["dataset"], config["gan"]["dataset"]})
     attack_names = sorted(config["attacks"])
-    settings = list(defense_settings(config))
+    settings = [*defense_settings(config), *ablation_settings(config)]
     out: dict[str, list[Path]] = {
         "data": [data_dir(results, d) / "manifest.json" for d in prepared],
         "evalnet": [evalnet_file(results, d) for d in datasets],

@@ -7,13 +7,15 @@ rule aggregate:
     output:
         tables=expand(
             "results/tables/{table}.csv",
-            table=["utility", "privacy", "tradeoff", "evalnet_monotonicity"],
+            table=["utility", "privacy", "tradeoff", "censor_table", "evalnet_monotonicity"]
+            + (["ablation"] if config["ablations"] else []),
         ),
         figures=expand(
             "results/figures/{kind}_{attack}.png",
             kind=["pmm_vs_psnr", "recon"],
             attack=sorted(config["attacks"]),
-        ),
+        )
+        + expand("results/figures/tradeoff_{metric}.png", metric=["psnr", "ssim", "lpips", "noise_ratio"]),
         report="results/report.md",
     shell:
         "fedleak aggregate --config {CONFIG_JSON} --results results"

@@ -4,10 +4,20 @@
 ``available()`` lists the registered names.
 """
 
-from fedleak.attacks import dlg, idlg, inverting_gradients  # noqa: F401  (registration)
-from fedleak.attacks.base import Observation, Reconstruction, available, build
+from fedleak.attacks import (  # noqa: F401  (registration)
+    dlg,
+    eot,
+    gga,
+    gias,
+    gifd,
+    giml,
+    gradinversion,
+    idlg,
+    inverting_gradients,
+)
+from fedleak.attacks.base import Observation, Reconstruction, available, build, reconstruct_all
 from fedleak.attacks.early_stopping import Stopper, build_stopper
 from fedleak.attacks.label_inference import batch_labels, idlg_label, infer_labels
 
 __all__ = ["Observation", "Reconstruction", "Stopper", "available", "build", "build_stopper",
-           "batch_labels", "idlg_label", "infer_labels"]
+           "batch_labels", "idlg_label", "infer_labels", "reconstruct_all"]

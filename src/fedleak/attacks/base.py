@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -82,11 +83,45 @@ Attack = Callable[..., Reconstruction]
 _REGISTRY = Registry("attack")
 register = _REGISTRY.register
 available = _REGISTRY.available
+registered = _REGISTRY.get  # the attack class of a name (e.g. to inspect its parameters)
 
 
 def build(name: str, **params) -> Attack:
     """An attack by registered name; ``params`` override its paper defaults."""
     return _REGISTRY.get(name)(**params)
+
+
+def reconstruct_all(attack: Attack, observations: list[Observation]) -> list[Reconstruction]:
+    """One Reconstruction per observation (victim), vectorised when possible (DESIGN §7).
+
+    Victim v is attacked with seed ``attack.seed + v`` (when the attack has a ``seed``),
+    as if built with that seed on its own. ``attack.reconstruct_many`` runs all victims
+    at once when the attack has it and the problems vectorise: one model object, the
+    same batch size and input shape, Adam, no stopper. Otherwise (L-BFGS attacks such as
+    DLG/iDLG, stoppers, CMA-ES) each victim is attacked in turn with ``attack(obs)``.
+    """
+    if not observations:
+        return []
+    first = observations[0]
+    vectorisable = (
+        hasattr(attack, "reconstruct_many")
+        and len(observations) * getattr(attack, "restarts", 1) > 1  # one problem: loop is faster
+        and getattr(attack, "stopper", None) is None
+        and getattr(attack, "optimizer", "adam") == "adam"
+        and all(obs.model is first.model and obs.batch_size == first.batch_size
+                and obs.input_shape == first.input_shape for obs in observations))
+    if vectorisable:
+        return attack.reconstruct_many(observations)
+    return [_for_victim(attack, v)(obs) for v, obs in enumerate(observations)]
+
+
+def _for_victim(attack: Attack, victim: int) -> Attack:
+    """``attack`` with seed ``attack.seed + victim`` (a shallow copy), or ``attack`` itself."""
+    if victim == 0 or not isinstance(getattr(attack, "seed", None), int):
+        return attack
+    seeded = copy.copy(attack)
+    seeded.seed = attack.seed + victim
+    return seeded
 
 
 def stopper_from(spec: dict | Stopper | None) -> Stopper | None:

@@ -5,9 +5,16 @@ with the cosine taken over all layers at once. Adam (lr 0.1) on the sign of the
 gradient, lr x 0.1 at 3/8, 5/8 and 7/8 of 24,000 iterations, x from N(0, 1),
 lambda_TV = 1e-4, best of ``restarts`` by final loss. Labels: the observed ones
 when the attacker knows them, else the iDLG rule (batch of one).
+
+``reconstruct_many`` attacks several victims of one round at once with
+:func:`~fedleak.attacks.optimization.optimize_vectorised` (victims x restarts
+vmapped); victim v draws its restarts from a generator seeded ``seed + v``, so
+it starts from the images that ``InvertingGradients(seed=seed + v)(obs)`` does.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 
@@ -18,6 +25,7 @@ from fedleak.attacks.optimization import (
     DISTANCES,
     best_of_restarts,
     optimize,
+    optimize_vectorised,
     total_variation,
 )
 from fedleak.fl.client import gradient
@@ -38,6 +46,8 @@ class InvertingGradients:
             raise ValueError(f"distance must be one of {sorted(DISTANCES)}, got {distance!r}")
         if tv < 0:
             raise ValueError(f"tv must be >= 0, got {tv}")
+        if restarts < 1:
+            raise ValueError(f"restarts must be >= 1, got {restarts}")
         self.iterations, self.lr, self.tv, self.restarts = iterations, lr, tv, restarts
         self.signed, self.boxed, self.distance, self.seed = signed, boxed, distance, seed
         self.stopper = stopper_from(stopper)
@@ -63,3 +73,56 @@ class InvertingGradients:
         best, index, seconds = best_of_restarts(run_once, self.restarts)
         return Reconstruction(best.variables[0].detach().clamp(0, 1), labels, best.loss_trace,
                               best.iterations, seconds, best.stop_reason, restart=index)
+
+    def reconstruct_many(self, observations: list[Observation]) -> list[Reconstruction]:
+        """One Reconstruction per observation, all victims x restarts optimised together.
+
+        The observations must share the model object, batch size and input shape; victim v
+        uses seed ``self.seed + v``. Every problem runs all iterations (no stopper);
+        ``wall_time`` is the victim's share of the whole run.
+        """
+        if not observations:
+            raise ValueError("reconstruct_many needs at least one observation, got none")
+        if self.stopper is not None:
+            raise ValueError(f"reconstruct_many runs every iteration; got stopper={self.stopper}, "
+                             "expected None (use reconstruct_all to loop with a stopper)")
+        first = observations[0]
+        for v, obs in enumerate(observations):
+            if obs.model is not first.model:
+                raise ValueError(f"observation {v} has another model object; expected the "
+                                 "same model for every observation")
+            if (obs.batch_size, obs.input_shape) != (first.batch_size, first.input_shape):
+                raise ValueError(f"observation {v} has batch_size {obs.batch_size} and "
+                                 f"input_shape {obs.input_shape}; expected {first.batch_size} "
+                                 f"and {first.input_shape} like observation 0")
+        start = time.perf_counter()
+        shape = (first.batch_size, *first.input_shape)
+
+        def starts(v: int, obs: Observation) -> torch.Tensor:
+            gen = torch.Generator().manual_seed(self.seed + v)  # as the per-victim path
+            return torch.stack([obs.randn(shape, gen) for _ in range(self.restarts)])
+
+        images = torch.stack([starts(v, obs) for v, obs in enumerate(observations)])
+        labels = torch.stack([obs.labels.to(obs.device) if obs.labels is not None
+                              else idlg_label(obs) for obs in observations])
+        names = [n for n, _ in first.model.named_parameters()]
+        targets = {n: torch.stack([obs.gradient[n].detach().to(first.device)
+                                   for obs in observations]) for n in names}
+        run = optimize_vectorised(first.model, images, labels, targets, distance=self.distance,
+                                  tv=self.tv, lr=self.lr, iterations=self.iterations,
+                                  signed=self.signed, milestones=MILESTONES, boxed=self.boxed)
+        best = run.best_restart()
+        chosen = run.images[torch.arange(len(observations), device=best.device), best]
+        # the one host sync of the run
+        trace, counts, diverged, best = (t.cpu() for t in (run.loss_trace, run.iterations,
+                                                            run.diverged, best))
+        share = (time.perf_counter() - start) / len(observations)
+        out = []
+        for v in range(len(observations)):
+            r = int(best[v])
+            steps = int(counts[v, r])
+            out.append(Reconstruction(
+                chosen[v].detach().clamp(0, 1), labels[v], trace[:steps, v, r].tolist(), steps,
+                share, "diverged" if diverged[v, r] else "max_iterations", restart=r,
+                extra={"vectorised_problems": len(observations) * self.restarts}))
+        return out

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
-from skimage.metrics import structural_similarity
 
 LPIPS_BACKBONE_FILE = "alexnet-owt-7be5be79.pth"
 
@@ -32,6 +30,8 @@ def match(rec: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
     if rec.shape[0] == 1:
         return rec
     cost = ((truth.flatten(1)[:, None] - rec.flatten(1)[None]) ** 2).mean(-1)
+    from scipy.optimize import linear_sum_assignment  # imported on use: slow to import
+
     rows, cols = linear_sum_assignment(cost.numpy())
     return rec[torch.from_numpy(cols[np.argsort(rows)])]
 
@@ -58,6 +58,8 @@ def psnr(rec: torch.Tensor, truth: torch.Tensor, reduction: str = "mean"):
 
 def ssim(rec: torch.Tensor, truth: torch.Tensor, reduction: str = "mean"):
     """Structural similarity (Wang et al., 2004), scikit-image, data range 1."""
+    from skimage.metrics import structural_similarity  # imported on use: slow to import
+
     rec, truth = _check(match(rec, truth), truth)
     values = np.array([
         structural_similarity(t.permute(1, 2, 0).numpy(), r.permute(1, 2, 0).numpy(),

@@ -14,7 +14,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from fedleak.report.tables import ATTACK_KEYS, load_record  # noqa: E402
+from fedleak.report.tables import ATTACK_KEYS, is_ablation, load_record  # noqa: E402
 from fedleak.utils.io import atomic_path  # noqa: E402
 
 DPI = 150
@@ -47,27 +47,43 @@ def _colors(names: list[str]) -> dict[str, tuple]:
     return dict(zip(names, sns.color_palette(PALETTE, len(names)), strict=True))
 
 
-def _pmm_panel(ax: plt.Axes, data: pd.DataFrame, colors: dict[str, tuple], title: str) -> None:
-    data = data.dropna(subset=["pmm", "psnr"]).sort_values(["defense", "strength"])
+METRIC_LABELS = {
+    "psnr": "mean PSNR (dB)", "ssim": "mean SSIM", "lpips": "mean LPIPS",
+    "noise_ratio": "evaluation-network noise ratio",
+}
+
+
+def _pmm_panel(ax: plt.Axes, data: pd.DataFrame, colors: dict[str, tuple], title: str,
+               metric: str = "psnr") -> None:
+    data = data.dropna(subset=["pmm", metric]).sort_values(["defense", "strength"])
+    ax.set(title=title, xlabel="PMM (%)", ylabel=METRIC_LABELS[metric])
+    if data.empty:
+        ax.text(0.5, 0.5, f"{metric} unavailable", transform=ax.transAxes, ha="center")
+        return
     defended = data[data["defense"] != "none"]
     if not defended.empty:
         sns.lineplot(
-            data=defended, x="pmm", y="psnr", hue="defense", palette=colors, marker="o",
+            data=defended, x="pmm", y=metric, hue="defense", palette=colors, marker="o",
             estimator=None, errorbar=None, sort=False, ax=ax,
         )
         for row in defended.itertuples():
-            ax.annotate(f"{row.strength:g}", (row.pmm, row.psnr), xytext=(4, 4),
+            ax.annotate(f"{row.strength:g}", (row.pmm, getattr(row, metric)), xytext=(4, 4),
                         textcoords="offset points", fontsize="x-small")
     for row in data[data["defense"] == "none"].itertuples():
-        ax.scatter(row.pmm, row.psnr, marker="*", s=200, color=colors["none"], label="none",
-                   zorder=3)
-    ax.set(title=title, xlabel="PMM (%)", ylabel="mean PSNR (dB)")
+        ax.scatter(row.pmm, getattr(row, metric), marker="*", s=200, color=colors["none"],
+                   label="none", zorder=3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(title="defense", fontsize="small")
 
 
+def _main_settings(tradeoff: pd.DataFrame) -> pd.DataFrame:
+    """The trade-off rows of the defense sweeps (ablation settings are tabulated, not drawn)."""
+    return tradeoff[~tradeoff["defense"].map(is_ablation)]
+
+
 def pmm_vs_psnr(tradeoff: pd.DataFrame, attack: str) -> Figure:
     """Refiner Fig. 7 style: mean PSNR against PMM, one line per defense, one panel per case."""
+    tradeoff = _main_settings(tradeoff)
     data = tradeoff[tradeoff["attack"] == attack]
     cases = sorted(data["case"].unique())
     colors = _colors(list(tradeoff["defense"]))
@@ -75,6 +91,22 @@ def pmm_vs_psnr(tradeoff: pd.DataFrame, attack: str) -> Figure:
                              layout="constrained")
     for ax, case in zip(axes[0], cases, strict=True):
         _pmm_panel(ax, data[data["case"] == case], colors, f"{attack} — {case}")
+    return fig
+
+
+def tradeoff_panels(tradeoff: pd.DataFrame, metric: str) -> Figure:
+    """Refiner Fig. 7 (PSNR) / Fig. 10 (SSIM, LPIPS, evaluation-network score) against PMM:
+    one curve per defense, one panel per attack, one row per case."""
+    tradeoff = _main_settings(tradeoff)
+    attacks, cases = sorted(tradeoff["attack"].unique()), sorted(tradeoff["case"].unique())
+    colors = _colors(list(tradeoff["defense"]))
+    fig, axes = plt.subplots(len(cases), len(attacks), squeeze=False, layout="constrained",
+                             figsize=(4.5 * len(attacks), 4.0 * len(cases)))
+    for i, case in enumerate(cases):
+        for j, attack in enumerate(attacks):
+            picked = tradeoff[(tradeoff["case"] == case) & (tradeoff["attack"] == attack)]
+            title = attack if len(cases) == 1 else f"{attack} — {case}"
+            _pmm_panel(axes[i, j], picked, colors, title, metric)
     return fig
 
 
@@ -131,6 +163,9 @@ def write_figures(
     paths = [
         save_figure(pmm_vs_psnr(tradeoff, a), out_dir / f"pmm_vs_psnr_{a}.png") for a in attacks
     ]
+    if not tradeoff.empty:
+        paths += [save_figure(tradeoff_panels(tradeoff, metric), out_dir / f"tradeoff_{metric}.png")
+                  for metric in METRIC_LABELS]
     runs = _recon_runs(attack_files)
     for attack in sorted({run[0] for run in runs}):
         fig = recon_grid([run for run in runs if run[0] == attack], attack)

@@ -54,6 +54,14 @@ def write_report(
         "Means over attack seeds and victims; success = SSIM >= 0.9 (EPAFL); "
         "PMM = accuracy / undefended accuracy x 100 (Refiner §5.3).",
         _markdown_table(tables["tradeoff"]),
+        "## CENSOR Table I layout",
+        "Per defense setting and attack: MSE and LPIPS (higher = more private), "
+        "PSNR and SSIM (lower = more private).",
+        _markdown_table(tables["censor_table"]),
+        *(["## Ablation (Refiner Tables 6-9)",
+           "One parameter varied at a time at a fixed strength; `default` marks the "
+           "main run's value.",
+           _markdown_table(tables["ablation"])] if "ablation" in tables else []),
         "## Utility",
         _markdown_table(utility_summary(tables["utility"])),
         "## Evaluation network monotonicity",

@@ -117,18 +117,73 @@ def evalnet_table(evalnet_files: list[Path]) -> pd.DataFrame:
     return df[EVALNET_COLUMNS]
 
 
+CENSOR_METRICS = ["mse", "lpips", "psnr", "ssim"]  # CENSOR Table I: MSE, LPIPS up; PSNR, SSIM down
+
+
+def is_ablation(defense: str) -> bool:
+    """Ablation settings are named ``<defense>.<param><value>`` (see ``config.ablation_label``)."""
+    return "." in defense
+
+
+def censor_table(tradeoff: pd.DataFrame) -> pd.DataFrame:
+    """CENSOR Table I layout: one row per defense setting, MSE/LPIPS/PSNR/SSIM per attack."""
+    main = tradeoff[~tradeoff["defense"].map(is_ablation, na_action="ignore").astype(bool)]
+    if main.empty:
+        return pd.DataFrame(columns=["case", "defense", "strength"])
+    wide = main.pivot_table(index=["case", "defense", "strength"], columns="attack",
+                            values=CENSOR_METRICS)
+    wide = wide.reorder_levels([1, 0], axis=1)
+    attacks = sorted(main["attack"].unique())
+    wide = wide.reindex(columns=[(a, m) for a in attacks for m in CENSOR_METRICS])
+    wide.columns = [f"{a}_{m}" for a, m in wide.columns]
+    return wide.reset_index().sort_values(["case", "defense", "strength"], kind="stable")
+
+
+def ablation_table(tradeoff: pd.DataFrame, ablations: dict, defense_params: dict) -> pd.DataFrame:
+    """Refiner Tables 6-9: one row per swept value (the default value from the main run)."""
+    from fedleak.config import ablation_label
+
+    rows = []
+    for name, ablation in sorted(ablations.items()):
+        strength = float(ablation["strength"])
+        for param, values in sorted(ablation["sweep"].items()):
+            default = defense_params[name][param]
+            points = [(v, ablation_label(name, param, v)) for v in values if v != default]
+            for value, label in sorted([*points, (default, name)]):
+                picked = tradeoff[(tradeoff["defense"] == label)
+                                  & (tradeoff["strength"] == strength)]
+                for row in picked.itertuples():
+                    rows.append({"defense": name, "param": param, "value": value,
+                                 "default": value == default, "strength": strength,
+                                 "case": row.case, "attack": row.attack, "pmm": row.pmm,
+                                 "psnr": row.psnr, "ssim": row.ssim, "lpips": row.lpips,
+                                 "noise_ratio": row.noise_ratio})
+    columns = ["defense", "param", "value", "default", "strength", "case", "attack", "pmm",
+               "psnr", "ssim", "lpips", "noise_ratio"]
+    return pd.DataFrame.from_records(rows, columns=columns)
+
+
 def write_tables(
-    fl_files: list[Path], attack_files: list[Path], evalnet_files: list[Path], out_dir: Path
+    fl_files: list[Path], attack_files: list[Path], evalnet_files: list[Path], out_dir: Path,
+    ablations: dict | None = None, defense_params: dict | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """Build all tables, write them as ``<out_dir>/<name>.csv`` and return them by name."""
+    """Build all tables, write them as ``<out_dir>/<name>.csv`` and return them by name.
+
+    ``ablations`` (the config block) and ``defense_params`` (the configured params per
+    defense, defaults filled) add ``ablation.csv``.
+    """
     utility = utility_table(fl_files)
     privacy = privacy_table(attack_files)
+    tradeoff = tradeoff_table(utility, privacy)
     tables = {
         "utility": utility,
         "privacy": privacy,
-        "tradeoff": tradeoff_table(utility, privacy),
+        "tradeoff": tradeoff,
+        "censor_table": censor_table(tradeoff),
         "evalnet_monotonicity": evalnet_table(evalnet_files),
     }
+    if ablations:
+        tables["ablation"] = ablation_table(tradeoff, ablations, defense_params or {})
     for name, df in tables.items():
         write_csv(df, Path(out_dir) / f"{name}.csv")
     return tables

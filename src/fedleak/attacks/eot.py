@@ -1,0 +1,144 @@
+"""Expectation over Transformation (EOT), the adaptive attack of CENSOR §V-D (Zhang et al.,
+NDSS 2025), after Athalye et al. (ICML 2018).
+
+A gradient-matching attack normally matches its trial gradient F(x) to the received
+gradient g. Under a stochastic defense D, EOT instead "perform[s] the gradient
+transformation multiple times, and take[s] the average gradient over several runs"
+(§V-D): at every step the trial gradient goes through S independent samples of D, the
+defense applied to the trial batch with F(x) as its gradient, and the attack matches
+
+    (1/S) sum_s D_s(F(x))   to   g
+
+with its own distance (L2 for GGA, cosine for GIFD and Inverting Gradients). For CENSOR
+the attacker "follows the sampling methodology used by Censor's defense algorithm,
+generating orthogonal gradients and subsequently normalizing them in the same manner" and
+averages them "over the number of trials": a sample is Eq. 12 applied to F(x) layer by
+layer, without CENSOR's loss-based choice among its trials (not differentiable, and not
+part of §V-D's description), and S defaults to CENSOR's T = 20. The paper's unspecified
+refinement that "prioritize[s] gradients that are more informative" is not implemented:
+samples are weighted equally. Other defenses are sampled by calling them, so they must be
+differentiable in the gradient they are given (noise, clipping, pruning, quantisation and
+Soteria are; Refiner is not).
+
+Wraps any attack whose ``__call__`` accepts ``trial_transform`` (``gga``, ``gifd``) and
+Inverting Gradients, through an objective defined here that transforms its trial gradient.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from fedleak.attacks.base import Attack, Observation, Reconstruction, build, register
+from fedleak.attacks.early_stopping import Stopper
+from fedleak.attacks.gga import Transform
+from fedleak.attacks.inverting_gradients import MILESTONES, InvertingGradients
+from fedleak.attacks.label_inference import idlg_label, infer_labels
+from fedleak.attacks.optimization import DISTANCES, best_of_restarts, optimize, total_variation
+from fedleak.defenses import Defense, DefenseContext
+from fedleak.defenses import build as build_defense
+from fedleak.defenses.censor import Censor, orthogonal_like
+from fedleak.fl.client import Update, gradient
+
+
+def _clamp_unit(variables: list[torch.Tensor]) -> None:
+    variables[0].clamp_(0, 1)
+
+
+class TransformedInvertingGradients(InvertingGradients):
+    """Inverting Gradients matching T(F(x)) to g when given a ``trial_transform``."""
+
+    def __call__(self, obs: Observation, stopper: Stopper | None = None,
+                 trial_transform: Transform | None = None) -> Reconstruction:
+        if trial_transform is None:
+            return super().__call__(obs, stopper)
+        labels = obs.labels.to(obs.device) if obs.labels is not None else idlg_label(obs)
+        target = obs.target_gradient()
+        names = [n for n, _ in obs.model.named_parameters()]
+        distance = DISTANCES[self.distance]
+        gen = torch.Generator().manual_seed(self.seed)
+
+        def run_once(_: int):
+            x = obs.randn((obs.batch_size, *obs.input_shape), gen).requires_grad_(True)
+
+            def objective() -> torch.Tensor:
+                trial = trial_transform(gradient(obs.model, x, labels, create_graph=True), x)
+                return distance([trial[n] for n in names], target) + self.tv * total_variation(x)
+
+            return optimize([x], objective, optimizer="adam", lr=self.lr,
+                            iterations=self.iterations, signed=self.signed,
+                            milestones=MILESTONES, project=_clamp_unit if self.boxed else None,
+                            stopper=stopper or self.stopper)
+
+        best, index, seconds = best_of_restarts(run_once, self.restarts)
+        return Reconstruction(best.variables[0].detach().clamp(0, 1), labels, best.loss_trace,
+                              best.iterations, seconds, best.stop_reason, restart=index)
+
+
+def _with_hook(attack: Attack) -> Attack:
+    """``attack`` itself when it accepts ``trial_transform``; IG gets the hooked objective."""
+    if type(attack) is InvertingGradients:
+        hooked = TransformedInvertingGradients.__new__(TransformedInvertingGradients)
+        hooked.__dict__.update(attack.__dict__)
+        return hooked
+    if "trial_transform" not in inspect.signature(attack.__call__).parameters:
+        raise ValueError(f"EOT needs an attack whose __call__ accepts trial_transform (gga, gifd) "
+                         f"or inverting_gradients, got {type(attack).__name__}")
+    return attack
+
+
+class DefenseSamples:
+    """T(F(x)) = the mean of ``samples`` draws of ``defense`` applied to the trial gradient."""
+
+    def __init__(self, defense: Defense, obs: Observation, labels: torch.Tensor, samples: int,
+                 generator: torch.Generator) -> None:
+        self.defense, self.obs, self.labels = defense, obs, labels
+        self.samples, self.generator = samples, generator
+
+    def draw(self, trial: Update, images: torch.Tensor) -> Update:
+        if isinstance(self.defense, Censor):
+            return {k: orthogonal_like(g, self.generator) for k, g in trial.items()}
+        ctx = DefenseContext(model=self.obs.model, x=images.detach(), y=self.labels,
+                             generator=self.generator, gradient=trial)
+        out = self.defense(ctx)
+        if any(g.requires_grad for g in trial.values()) and not any(
+                g.requires_grad for g in out.values()):
+            raise ValueError(f"EOT needs a defense differentiable in the gradient it is given; "
+                             f"{type(self.defense).__name__} detaches it")
+        return out
+
+    def __call__(self, trial: Update, images: torch.Tensor) -> Update:
+        draws = [self.draw(trial, images) for _ in range(self.samples)]
+        return {k: torch.stack([d[k] for d in draws]).mean(dim=0) for k in trial}
+
+
+@register("eot")
+class ExpectationOverTransformation:
+    """``attack`` matching the mean of ``samples`` draws of ``defense`` on its trial gradient."""
+
+    def __init__(self, attack: str | Attack, defense: str | Defense, samples: int = 20,
+                 seed: int = 0, attack_params: dict | None = None,
+                 defense_params: dict | None = None) -> None:
+        if int(samples) != samples or samples < 1:
+            raise ValueError(f"samples must be an integer >= 1, got {samples}")
+        if isinstance(attack, str):
+            attack = build(attack, **(attack_params or {}))
+        elif attack_params:
+            raise ValueError("attack_params only apply when attack is given by name")
+        if isinstance(defense, str):
+            defense = build_defense(defense, **(defense_params or {}))
+        elif defense_params:
+            raise ValueError("defense_params only apply when defense is given by name")
+        if not isinstance(defense, Defense):
+            raise ValueError(f"defense must be a registered name or a Defense, "
+                             f"got {type(defense).__name__}")
+        self.attack, self.defense = _with_hook(attack), defense
+        self.samples, self.seed = int(samples), seed
+
+    def __call__(self, obs: Observation, stopper: Stopper | None = None) -> Reconstruction:
+        transform = DefenseSamples(self.defense, obs, infer_labels(obs), self.samples,
+                                   torch.Generator().manual_seed(self.seed))
+        rec = self.attack(obs, stopper, trial_transform=transform)
+        rec.extra = {**rec.extra, "eot_samples": self.samples, "eot_defense": self.defense.name}
+        return rec

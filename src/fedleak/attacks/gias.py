@@ -1,0 +1,284 @@
+"""GIAS: gradient inversion in alternative spaces (Jeon et al., NeurIPS 2021, §4.1, App. A Alg. 1).
+
+The cost c (Eqs. 2-3, labels given) is the negative cosine between the trial
+and the observed gradient over all layers (Inverting Gradients, Geiping et al.)
+plus lambda_TV TV(x). "+BN" adds lambda_BN R_BN (§4, after Yin et al.): the l2
+distances between the per-channel mean / variance of each BatchNorm layer's
+input for the trial batch and the client's exact batch statistics
+(``Observation.bn_statistics``, BN_exact), the first layer weighted x10 as in
+the official code (:mod:`fedleak.attacks.bn_statistics`,
+:func:`fedleak.attacks.gradinversion.bn_loss`). Variants (Table 1, §5.1):
+
+- ``x``: GI-x, argmin_x c(x) from x ~ N(0, I) (Inverting Gradients: Adam on the
+  sign of the gradient, box [0, 1]);
+- ``z``: GI-z, the latent space search argmin_z c(G_w(z)) (Eq. 5);
+- ``w``: GI-w, the parameter space search argmin_{w_1..w_B} c(G_w1(z_1), ...)
+  (Eq. 7) from a fixed random z;
+- ``z/w``: GI-z/w (GIAS, Alg. 1): Eq. 5, then Eq. 7 with the found z fixed and
+  one copy of the generator per image.
+
+Defaults (App. H): Adam with lr x0.1 at 3/8, 5/8 and 7/8 of each stage,
+eta_z = 3e-2, eta_w = 1e-3, eta_x = 0.1 (Inverting Gradients), lambda_TV = 1e-4,
+lambda_BN = 1e-4 (the official code's GradInversion weight), best of 4 restarts
+by final loss; 1,500 latent iterations (§5.1), 5,000 parameter iterations (the
+official script for 32x32 images) and 24,000 image iterations (Inverting
+Gradients). The generator (a DCGAN in [-1, 1] with a ``latent_dim``) is mapped
+to the model input by :func:`fedleak.attacks.prior.to_model_input`; labels come
+from :func:`fedleak.attacks.label_inference.infer_labels`; z ~ N(0, I). An
+early stopper applies to each stage.
+
+``sparsity`` > 0 is the official "sim_cmpr" cost for sparsified (pruned)
+updates: the non-zero entries among the top (1 - sparsity) of each observed
+layer form a mask applied to the trial gradient before the cosine.
+
+Departures: TV is the anisotropic mean |dx| + mean |dy| of the official code
+(Eq. 4 writes squared differences); "+BN" is R_BN alone, without the group-lazy
+regulariser of the paper's GradInversion baseline (App. H), which couples
+restarts run in lockstep. As in the official code, the restarts of GI-z/w are
+those of the latent search: the parameter search runs once, from the best latent
+code (for a deterministic generator every restart of that stage is identical).
+GI-w draws a new z per restart.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from fedleak.attacks.base import Observation, Reconstruction, register, stopper_from
+from fedleak.attacks.bn_statistics import (
+    BNRecorder,
+    Statistics,
+    batchnorm_layers,
+    preserved_buffers,
+)
+from fedleak.attacks.early_stopping import Stopper
+from fedleak.attacks.gradinversion import bn_loss
+from fedleak.attacks.label_inference import infer_labels
+from fedleak.attacks.optimization import (
+    DISTANCES,
+    Trajectory,
+    best_of_restarts,
+    optimize,
+    total_variation,
+)
+from fedleak.attacks.prior import to_model_input
+from fedleak.fl.client import gradient
+
+MILESTONES = (3 / 8, 5 / 8, 7 / 8)
+SPACES = ("x", "z", "w", "z/w")
+VARIANTS = SPACES + tuple(f"{s}+BN" for s in SPACES)
+FIRST_BN_WEIGHT = 10.0
+
+Cost = Callable[[torch.Tensor], torch.Tensor]
+
+
+def sparsity_masks(target: Sequence[torch.Tensor], sparsity: float) -> list[torch.Tensor]:
+    """Per layer, the non-zero entries among the top ``1 - sparsity`` of |observed gradient|."""
+    masks = []
+    for g in target:
+        k = max(1, int(g.numel() * (1 - sparsity)))
+        threshold = g.abs().flatten().topk(k).values.min()
+        masks.append(((g.abs() >= threshold) & (g != 0)).to(g.dtype))
+    return masks
+
+
+def _bn_target(obs: Observation) -> Statistics:
+    """The client's BN statistics (BN_exact), checked against the model's BatchNorm layers."""
+    if obs.bn_statistics is None:
+        raise ValueError("the +BN variants need Observation.bn_statistics (BN_exact), got None")
+    layers = batchnorm_layers(obs.model)
+    shapes = [(layer.num_features,) for layer in layers]
+    if not layers or [(tuple(m.shape), tuple(v.shape)) for m, v in obs.bn_statistics] != [
+            (shape, shape) for shape in shapes]:
+        raise ValueError(f"bn_statistics must hold one (mean, var) pair per BatchNorm layer of "
+                         f"the model, of shapes {shapes}; got {len(obs.bn_statistics)} pairs")
+    return [(m.to(obs.device), v.to(obs.device)) for m, v in obs.bn_statistics]
+
+
+def inversion_cost(obs: Observation, labels: torch.Tensor, *, distance: str = "cosine",
+                   tv: float = 1e-4, bn: float = 0.0, sparsity: float = 0.0) -> Cost:
+    """c(x) of Eq. 3 for model-input images x: gradient distance + tv TV(x) (+ bn R_BN)."""
+    if distance not in DISTANCES:
+        raise ValueError(f"distance must be one of {sorted(DISTANCES)}, got {distance!r}")
+    if tv < 0 or bn < 0:
+        raise ValueError(f"tv and bn must be >= 0, got tv={tv}, bn={bn}")
+    if not 0 <= sparsity < 1:
+        raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
+    target = obs.target_gradient()
+    masks = sparsity_masks(target, sparsity) if sparsity > 0 else None
+    if masks is not None:
+        target = [g * m for g, m in zip(target, masks)]
+    bn_target = _bn_target(obs) if bn > 0 else None
+    measure = DISTANCES[distance]
+
+    def trial_gradient(images: torch.Tensor) -> list[torch.Tensor]:
+        trial = list(gradient(obs.model, images, labels, create_graph=True).values())
+        return trial if masks is None else [g * m for g, m in zip(trial, masks)]
+
+    def cost(images: torch.Tensor) -> torch.Tensor:
+        if bn_target is None:
+            trial, penalty = trial_gradient(images), 0.0
+        else:
+            with BNRecorder(obs.model) as recorder:
+                trial = trial_gradient(images)
+            penalty = bn * bn_loss(recorder.statistics(), bn_target, FIRST_BN_WEIGHT)
+        return measure(trial, target) + tv * total_variation(images) + penalty
+
+    return cost
+
+
+def frozen_copy(generator: nn.Module, device: torch.device) -> nn.Module:
+    """An eval-mode copy of ``generator`` on ``device`` without parameter gradients."""
+    return copy.deepcopy(generator).to(device).eval().requires_grad_(False)
+
+
+def latent_search(generator: nn.Module, z: torch.Tensor, cost: Cost,
+                  input_shape: tuple[int, int, int], *, lr: float, iterations: int,
+                  z_norm: float = 0.0, stopper: Stopper | None = None) -> Trajectory:
+    """Eq. 5 (and GIML's regularised Alg. 2 line 6): Adam on z, the generator fixed."""
+    z = z.requires_grad_(True)
+
+    def objective() -> torch.Tensor:
+        loss = cost(to_model_input(generator(z), input_shape))
+        if z_norm > 0:
+            loss = loss + z_norm * z.flatten(1).norm(dim=1).sum()
+        return loss
+
+    return optimize([z], objective, optimizer="adam", lr=lr, iterations=iterations,
+                    milestones=MILESTONES, stopper=stopper)
+
+
+def generate(generators: Sequence[nn.Module], z: torch.Tensor,
+             input_shape: tuple[int, int, int]) -> torch.Tensor:
+    """Image k from generator k (one generator for all when a single one is given)."""
+    if len(generators) == 1:
+        return to_model_input(generators[0](z), input_shape)
+    return to_model_input(torch.cat([g(z[k:k + 1]) for k, g in enumerate(generators)]),
+                          input_shape)
+
+
+def trainable_copies(generator: nn.Module, count: int) -> list[nn.Module]:
+    """``count`` eval-mode copies of ``generator`` whose weights require gradients."""
+    return [copy.deepcopy(generator).eval().requires_grad_(True) for _ in range(count)]
+
+
+def parameter_search(generators: Sequence[nn.Module], objective: Callable[[], torch.Tensor], *,
+                     lr: float, iterations: int, stopper: Stopper | None = None) -> Trajectory:
+    """Eq. 7 (and GIML's Alg. 2 line 9): Adam on the weights of ``generators``, z fixed."""
+    variables = [p for g in generators for p in g.parameters()]
+    return optimize(variables, objective, optimizer="adam", lr=lr, iterations=iterations,
+                    milestones=MILESTONES, stopper=stopper)
+
+
+def _clamp_unit(variables: list[torch.Tensor]) -> None:
+    variables[0].clamp_(0, 1)
+
+
+@register("gias")
+class GIAS:
+    """GI-x, GI-z, GI-w and GI-z/w (GIAS), each optionally "+BN" (Table 1).
+
+    ``Reconstruction.extra`` holds the variant, the iterations per stage and, for
+    the generator variants, the latent code z (the GI-z result is G(z)).
+    """
+
+    def __init__(self, generator: nn.Module | None = None, variant: str = "z/w",
+                 latent_iterations: int = 1500, parameter_iterations: int = 5000,
+                 image_iterations: int = 24000, lr_z: float = 3e-2, lr_w: float = 1e-3,
+                 lr_x: float = 0.1, tv: float = 1e-4, bn: float = 1e-4, restarts: int = 4,
+                 signed: bool = True, sparsity: float = 0.0, distance: str = "cosine",
+                 seed: int = 0, stopper: dict | None = None) -> None:
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+        self.space, self.use_bn = variant.removesuffix("+BN"), variant.endswith("+BN")
+        if self.space != "x" and generator is None:
+            raise ValueError(f"variant {variant!r} needs a generator (nn.Module), got None")
+        if self.space != "x" and not isinstance(getattr(generator, "latent_dim", None), int):
+            raise ValueError(f"the generator needs an integer latent_dim attribute; "
+                             f"{type(generator).__name__} has none")
+        if restarts < 1:
+            raise ValueError(f"restarts must be >= 1, got {restarts}")
+        if tv < 0 or bn < 0:
+            raise ValueError(f"tv and bn must be >= 0, got tv={tv}, bn={bn}")
+        if distance not in DISTANCES:
+            raise ValueError(f"distance must be one of {sorted(DISTANCES)}, got {distance!r}")
+        if not 0 <= sparsity < 1:
+            raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
+        self.generator, self.variant = generator, variant
+        self.latent_iterations, self.parameter_iterations = latent_iterations, parameter_iterations
+        self.image_iterations, self.restarts = image_iterations, restarts
+        self.lr_z, self.lr_w, self.lr_x, self.tv, self.bn = lr_z, lr_w, lr_x, tv, bn
+        self.signed, self.sparsity, self.distance, self.seed = signed, sparsity, distance, seed
+        self.stopper = stopper_from(stopper)
+
+    def __call__(self, obs: Observation, stopper: Stopper | None = None) -> Reconstruction:
+        start = time.perf_counter()
+        stopper = stopper or self.stopper
+        labels = infer_labels(obs)
+        cost = inversion_cost(obs, labels, distance=self.distance, tv=self.tv,
+                              bn=self.bn if self.use_bn else 0.0, sparsity=self.sparsity)
+        gen = torch.Generator().manual_seed(self.seed)
+        with preserved_buffers(obs.model):  # train-mode BatchNorm would update running stats
+            if self.space == "x":
+                best, index, _ = best_of_restarts(
+                    lambda _: self._image_search(obs, cost, gen, stopper), self.restarts)
+                images, trace, stages = best.variables[0].detach(), best.loss_trace, {"x": best}
+                extra = {}
+            else:
+                images, trace, stages, index, z = self._generator_search(obs, cost, gen, stopper)
+                extra = {"latent": z.cpu()}
+        best = stages[self.space[-1]]
+        extra.update(variant=self.variant,
+                     iterations={name: t.iterations for name, t in stages.items()})
+        return Reconstruction(images.clamp(0, 1), labels, trace,
+                              sum(t.iterations for t in stages.values()),
+                              time.perf_counter() - start, best.stop_reason, restart=index,
+                              extra=extra)
+
+    def _image_search(self, obs: Observation, cost: Cost, gen: torch.Generator,
+                      stopper: Stopper | None) -> Trajectory:
+        x = obs.randn((obs.batch_size, *obs.input_shape), gen).requires_grad_(True)
+        return optimize([x], lambda: cost(x), optimizer="adam", lr=self.lr_x,
+                        iterations=self.image_iterations, signed=self.signed,
+                        milestones=MILESTONES, project=_clamp_unit, stopper=stopper)
+
+    def _generator_search(self, obs: Observation, cost: Cost, gen: torch.Generator,
+                          stopper: Stopper | None):
+        """GI-z, GI-w or GI-z/w: images, loss trace, stage trajectories, restart, latent code."""
+        frozen = frozen_copy(self.generator, obs.device)
+        latent_shape = (obs.batch_size, frozen.latent_dim)
+        stages: dict[str, Trajectory] = {}
+        if self.space == "w":  # every restart: a new random z and its own parameter search
+            runs: list[tuple[torch.Tensor, list[nn.Module]]] = []
+
+            def run_once(_: int) -> Trajectory:
+                z = obs.randn(latent_shape, gen)
+                copies = trainable_copies(frozen, obs.batch_size)
+                runs.append((z, copies))
+                return parameter_search(copies, lambda: cost(generate(copies, z, obs.input_shape)),
+                                        lr=self.lr_w, iterations=self.parameter_iterations,
+                                        stopper=stopper)
+
+            stages["w"], index, _ = best_of_restarts(run_once, self.restarts)
+            z, copies = runs[index]
+        else:
+            stages["z"], index, _ = best_of_restarts(
+                lambda _: latent_search(frozen, obs.randn(latent_shape, gen), cost,
+                                        obs.input_shape, lr=self.lr_z,
+                                        iterations=self.latent_iterations, stopper=stopper),
+                self.restarts)
+            z, copies = stages["z"].variables[0].detach(), [frozen]
+            if self.space == "z/w":
+                copies = trainable_copies(frozen, obs.batch_size)
+                stages["w"] = parameter_search(
+                    copies, lambda: cost(generate(copies, z, obs.input_shape)), lr=self.lr_w,
+                    iterations=self.parameter_iterations, stopper=stopper)
+        with torch.no_grad():
+            images = generate(copies, z, obs.input_shape)
+        trace = [loss for t in stages.values() for loss in t.loss_trace]
+        return images, trace, stages, index, z

@@ -1,0 +1,135 @@
+"""GIAS (Jeon et al., NeurIPS 2021) on real digits: the search-space ordering of Table 1.
+
+Setting, scaled down from App. H (ImageNet 64x64, ResNet-18, batch 4, StyleGAN2):
+victims from the digits train split (32x32, 1 channel) in batches of 4 with
+distinct labels, labels known (Eq. 3 assumes the true labels); the generator is
+the DCGAN trained on the disjoint public split (``digits_generator``). The model
+is DLG's LeNet with a BatchNorm2d after each convolution: the cheapest BatchNorm
+model, needed because "+BN" matches the client's exact BN statistics (the
+paper's ResNet-18 has BatchNorm). Budgets are cut to run on one CPU thread:
+200 latent iterations x 2 restarts then 400 parameter iterations, and GI-x gets
+the same number of cost evaluations (2 x 400 iterations).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fedleak import attacks, defenses, metrics
+from fedleak.attacks import gias
+from fedleak.attacks.bn_statistics import batch_statistics
+from fedleak.attacks.prior import to_model_input
+from fedleak.models import LeNet
+
+BATCH = 4
+LATENT, PARAMETER, RESTARTS = 200, 400, 2
+IMAGE = LATENT + PARAMETER // RESTARTS  # GI-x: as many cost evaluations as GI-z/w
+
+
+@pytest.fixture(autouse=True)
+def _native_convolutions():
+    """oneDNN is ~2x slower than the native kernels on these tiny double-backward convolutions."""
+    enabled = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    yield
+    torch.backends.mkldnn.enabled = enabled
+
+
+def lenet_bn(seed: int) -> LeNet:
+    """LeNet (DLG's U(-0.5, 0.5) init) with a BatchNorm2d after each convolution."""
+    torch.manual_seed(seed)
+    model = LeNet(1, 10, 32)
+    convs = [m for m in model.body if isinstance(m, nn.Conv2d)]
+    model.body = nn.Sequential(*(layer for conv in convs
+                                 for layer in (conv, nn.BatchNorm2d(conv.out_channels),
+                                               nn.Sigmoid())))
+    return model
+
+
+def victim_batches(images, count: int, seed: int = 2024):
+    """``count`` (model, x, y) batches of BATCH images with distinct labels, no image reused."""
+    order = np.random.default_rng(seed).permutation(len(images.y)).tolist()
+    out = []
+    for i in range(count):
+        picked: list[int] = []
+        while len(picked) < BATCH:
+            j = order.pop(0)
+            if all(images.y[j] != images.y[k] for k in picked):
+                picked.append(j)
+        out.append((lenet_bn(i), images.x[picked], images.y[picked]))
+    return out
+
+
+def observe(model, x, y, **defense) -> attacks.Observation:
+    ctx = defenses.DefenseContext(model=model, x=x, y=y)
+    grad = defenses.build(defense.pop("name", "none"), **defense)(ctx)
+    return attacks.Observation(model=model, gradient=grad, batch_size=len(x), labels=y,
+                               bn_statistics=batch_statistics(model, x))
+
+
+def test_arguments_are_checked(digits_splits, digits_generator):
+    with pytest.raises(ValueError, match="variant must be one of"):
+        attacks.build("gias", generator=digits_generator, variant="z/x")
+    with pytest.raises(ValueError, match="'z/w' needs a generator"):
+        attacks.build("gias")
+    model, x, y = victim_batches(digits_splits["train"], 1)[0]
+    obs = observe(model, x, y)
+    obs.bn_statistics = None
+    with pytest.raises(ValueError, match="need Observation.bn_statistics"):
+        attacks.build("gias", variant="x+BN", image_iterations=1)(obs)
+
+
+def test_gi_z_is_the_latent_stage_of_gi_z_w(digits_splits, digits_generator):
+    """Alg. 1: GI-z/w's latent search is GI-z (same seed, same restarts), then the weights move."""
+    model, x, y = victim_batches(digits_splits["train"], 1, seed=1)[0]
+    obs = observe(model, x, y)
+    z_only = attacks.build("gias", generator=digits_generator, variant="z", latent_iterations=6,
+                           restarts=2, seed=3)(obs)
+    z_w = attacks.build("gias", generator=digits_generator, variant="z/w", latent_iterations=6,
+                        parameter_iterations=4, restarts=2, seed=3)(obs)
+    assert torch.equal(z_only.extra["latent"], z_w.extra["latent"])
+    with torch.no_grad():
+        latent_images = to_model_input(digits_generator(z_only.extra["latent"]), (1, 32, 32))
+    assert torch.allclose(z_only.images, latent_images)
+    assert z_w.extra["iterations"] == {"z": 6, "w": 4} and z_w.iterations == 10
+    assert z_w.loss_trace[:6] == z_only.loss_trace and len(z_w.loss_trace) == 10
+    assert not torch.allclose(z_w.images, z_only.images)
+
+
+def test_sparsified_cost_masks_the_trial_gradient(digits_splits):
+    """sim_cmpr: with the observed top-k mask the true batch has zero cost under 90% pruning."""
+    model, x, y = victim_batches(digits_splits["train"], 1, seed=2)[0]
+    obs = observe(model, x, y, name="pruning", ratio=0.9)
+    masked = gias.inversion_cost(obs, y, tv=0.0, sparsity=0.9)(x)
+    plain = gias.inversion_cost(obs, y, tv=0.0)(x)
+    print(f"cost of the true batch: masked {masked:.2e}, plain {plain:.3f}")
+    assert masked < 1e-5 < 0.05 < plain
+
+
+def test_table1_ordering_on_digits(digits_splits, digits_generator):
+    """Table 1: GI-x < GI-z < GI-z/w <= GI-z/w+BN in mean PSNR over the same 8 victims.
+
+    GI-z is read from GI-z/w's latent stage (identical, see the test above)."""
+    batches = victim_batches(digits_splits["train"], 2)
+    psnr: dict[str, list[float]] = {"x": [], "z": [], "z/w": [], "z/w+BN": []}
+    for seed, (model, x, y) in enumerate(batches):
+        obs = observe(model, x, y)
+        common = dict(generator=digits_generator, restarts=RESTARTS, seed=seed)
+        for variant in ("x", "z/w", "z/w+BN"):
+            rec = attacks.build("gias", variant=variant, image_iterations=IMAGE,
+                                latent_iterations=LATENT, parameter_iterations=PARAMETER,
+                                **common)(obs)
+            psnr[variant].extend(metrics.psnr(rec.images, x, reduction="none"))
+            if variant == "z/w":
+                with torch.no_grad():
+                    latent = to_model_input(digits_generator(rec.extra["latent"]), (1, 32, 32))
+                psnr["z"].extend(metrics.psnr(latent, x, reduction="none"))
+    mean = {k: float(np.mean(v)) for k, v in psnr.items()}
+    print("GIAS mean PSNR over 8 digits:", {k: round(v, 2) for k, v in mean.items()})
+    assert mean["z"] > mean["x"] + 2.0  # the public-split GAN is a usable prior
+    assert mean["z/w"] > mean["z"] + 1.0
+    assert mean["z/w"] > mean["x"] + 3.0
+    assert mean["z/w+BN"] >= mean["z/w"]

@@ -1,0 +1,184 @@
+"""The vectorised attack engine (torch.func vmap over victims x restarts) reproduces the
+per-victim loop: Inverting Gradients (Geiping et al., NeurIPS 2020, Eq. 4) on real digits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedleak import attacks, defenses
+from fedleak.attacks.optimization import optimize_vectorised
+from fedleak.models import LeNet, ResNet
+
+SEED = 11
+
+
+def lenet(channels: int = 1, seed: int = 0) -> LeNet:
+    """LeNet with DLG's U(-0.5, 0.5) weights drawn from a seeded generator."""
+    model = LeNet(channels, 10, 32, uniform_init=False)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.uniform_(-0.5, 0.5, generator=gen)
+    return model
+
+
+def resnet10(seed: int = 0) -> ResNet:
+    """A narrow ResNet-10 (width 8, 1 channel) with weights drawn from a seeded generator."""
+    model = ResNet(10, 1, 10, 32, width=8)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.ndim > 1:
+                bound = param[0].numel() ** -0.5
+                param.uniform_(-bound, bound, generator=gen)
+            else:  # BatchNorm scale near 1, biases near 0
+                param.uniform_(-0.1, 0.1, generator=gen).add_(float(name.endswith("weight")))
+    return model
+
+
+def observe(model, images, labels, batch: int = 1) -> list[attacks.Observation]:
+    """One undefended client update per ``batch`` consecutive images, labels known."""
+    out = []
+    for start in range(0, len(images), batch):
+        x, y = images[start:start + batch], labels[start:start + batch]
+        grad = defenses.build("none")(defenses.DefenseContext(model=model, x=x, y=y))
+        out.append(attacks.Observation(model=model, gradient=grad, batch_size=batch, labels=y))
+    return out
+
+
+def per_victim(name: str, observations, **params) -> list[attacks.Reconstruction]:
+    """What ``fedleak attack`` did per victim: the attack built with seed SEED + v."""
+    return [attacks.build(name, seed=SEED + v, **params)(obs)
+            for v, obs in enumerate(observations)]
+
+
+def max_diff(a: list[attacks.Reconstruction], b: list[attacks.Reconstruction]) -> float:
+    return max(float((x.images - y.images).abs().max()) for x, y in zip(a, b))
+
+
+@pytest.fixture(scope="module")
+def digit_batch(digits):
+    chosen = np.random.default_rng(5).choice(len(digits.x), 3, replace=False)
+    return digits.x[chosen], digits.y[chosen]
+
+
+@pytest.fixture
+def float64():
+    """float64 by default while a test runs (the attack draws its start in the default dtype)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def test_signed_default_equals_the_per_victim_loop(digit_batch):
+    """Paper configuration (signed Adam, milestones, box), 3 victims x 2 restarts, 50 steps."""
+    model = lenet()
+    observations = observe(model, *digit_batch)
+    params = {"iterations": 50, "tv": 0.1, "restarts": 2}
+    loop = per_victim("inverting_gradients", observations, **params)
+    attack = attacks.build("inverting_gradients", seed=SEED, **params)
+    vectorised = attacks.reconstruct_all(attack, observations)
+    print(f"signed: max |vectorised - loop| = {max_diff(vectorised, loop):.3g}")
+    assert all(r.extra["vectorised_problems"] == 6 for r in vectorised)
+    assert max_diff(vectorised, loop) <= 1e-5
+    assert [r.restart for r in vectorised] == [r.restart for r in loop]
+    for v, w in zip(vectorised, loop):
+        assert v.iterations == w.iterations == 50 and v.stop_reason == "max_iterations"
+        assert torch.equal(v.labels, w.labels)
+        assert np.allclose(v.loss_trace, w.loss_trace, rtol=1e-4, atol=1e-7)
+
+
+def test_unsigned_adam_equals_the_per_victim_loop_in_float64(digit_batch, float64):
+    """Plain Adam amplifies float32 rounding chaotically; in float64 both paths agree."""
+    model = lenet().double()
+    observations = observe(model, digit_batch[0].double(), digit_batch[1])
+    params = {"iterations": 40, "tv": 0.1, "restarts": 2, "signed": False, "distance": "l2"}
+    loop = per_victim("inverting_gradients", observations, **params)
+    vectorised = attacks.build("inverting_gradients", seed=SEED, **params) \
+        .reconstruct_many(observations)
+    print(f"unsigned: max |vectorised - loop| = {max_diff(vectorised, loop):.3g}")
+    assert max_diff(vectorised, loop) <= 1e-5
+    assert [r.restart for r in vectorised] == [r.restart for r in loop]
+    assert all(np.allclose(v.loss_trace, w.loss_trace, rtol=1e-6)
+               for v, w in zip(vectorised, loop))
+
+
+def test_best_restart_has_the_lowest_final_loss_per_victim(digit_batch):
+    model = lenet()
+    observations = observe(model, *digit_batch)
+    gen = torch.Generator().manual_seed(0)
+    images = torch.randn(3, 4, 1, 1, 32, 32, generator=gen)
+    targets = {n: torch.stack([obs.gradient[n] for obs in observations])
+               for n, _ in model.named_parameters()}
+    labels = torch.stack([obs.labels for obs in observations])
+    run = optimize_vectorised(model, images, labels, targets, distance="cosine", tv=0.1,
+                              lr=0.1, iterations=30, signed=True)
+    final = run.loss_trace[-1]
+    assert torch.equal(run.final_loss(), final)
+    assert run.best_restart().tolist() == [int(np.argmin(row)) for row in final.tolist()]
+    assert len(set(run.best_restart().tolist())) > 1
+
+
+def test_batchnorm_in_training_mode_uses_batch_statistics_like_the_loop(digits):
+    """ResNet in training mode: each problem's own batch statistics, as the per-victim
+    forward computes them; the caller's running statistics stay untouched."""
+    model = resnet10().train()
+    observations = observe(model, digits.x[:4], digits.y[:4], batch=2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    params = {"iterations": 8, "restarts": 2}
+    vectorised = attacks.build("inverting_gradients", seed=SEED, **params) \
+        .reconstruct_many(observations)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    loop = per_victim("inverting_gradients", observations, **params)
+    print(f"ResNet-10 (train mode): max |vectorised - loop| = {max_diff(vectorised, loop):.3g}")
+    assert max_diff(vectorised, loop) <= 1e-5
+
+
+def test_a_diverging_problem_is_frozen_without_touching_the_others(digit_batch):
+    model = lenet()
+    observations = observe(model, *digit_batch)
+    broken = dict(observations[1].gradient)
+    broken["fc.bias"] = torch.full_like(broken["fc.bias"], float("nan"))
+    observations[1] = attacks.Observation(model=model, gradient=broken, batch_size=1,
+                                          labels=observations[1].labels)
+    params = {"iterations": 20, "tv": 0.1}
+    vectorised = attacks.build("inverting_gradients", seed=SEED, **params) \
+        .reconstruct_many(observations)
+    loop = per_victim("inverting_gradients", observations, **params)
+    assert [r.stop_reason for r in vectorised] == ["max_iterations", "diverged", "max_iterations"]
+    assert [r.iterations for r in vectorised] == [r.iterations for r in loop] == [20, 0, 20]
+    assert max_diff(vectorised, loop) <= 1e-5
+
+
+def test_reconstruct_all_loops_over_lbfgs_attacks_with_per_victim_seeds(digit_batch):
+    model = lenet()
+    observations = observe(model, *digit_batch)[:2]
+    attack = attacks.build("dlg", iterations=1, seed=SEED)
+    assert not hasattr(attack, "reconstruct_many")
+    looped = attacks.reconstruct_all(attack, observations)
+    direct = per_victim("dlg", observations, iterations=1)
+    assert max_diff(looped, direct) == 0.0
+    assert [r.loss_trace for r in looped] == [r.loss_trace for r in direct]
+    assert torch.equal(attack(observations[0]).images, looped[0].images)
+
+
+def test_reconstruct_all_loops_when_a_stopper_is_set(digit_batch):
+    model = lenet()
+    observations = observe(model, *digit_batch)[:2]
+    stopper = {"kind": "plateau", "patience": 3}
+    params = {"iterations": 10, "tv": 0.1, "stopper": stopper}
+    looped = attacks.reconstruct_all(
+        attacks.build("inverting_gradients", seed=SEED, **params), observations)
+    assert all("vectorised_problems" not in r.extra for r in looped)
+    assert max_diff(looped, per_victim("inverting_gradients", observations, **params)) == 0.0
+
+
+def test_reconstruct_many_rejects_mixed_models(digit_batch):
+    observations = [observe(lenet(seed=s), *digit_batch)[0] for s in (0, 1)]
+    attack = attacks.build("inverting_gradients", iterations=2)
+    with pytest.raises(ValueError, match="observation 1 has another model object"):
+        attack.reconstruct_many(observations)
+    assert len(attacks.reconstruct_all(attack, observations)) == 2  # falls back to the loop
