@@ -43,9 +43,9 @@ def test_strength_text_is_canonical():
 
 
 def test_ablation_settings_name_and_parametrise_each_point():
+    sweep = {"beta": [0, 2], "iterations": [5]}
     config = cfg.validate({"defenses": {"refiner": {"strengths": [0.1, 0.3]}},
-                           "ablations": {"refiner": {"strength": 0.1,
-                                                     "sweep": {"beta": [0, 2], "iterations": [5]}}}})
+                           "ablations": {"refiner": {"strength": 0.1, "sweep": sweep}}})
     assert list(cfg.ablation_settings(config)) == [
         ("refiner.beta0", "0.1"), ("refiner.beta2", "0.1"), ("refiner.iterations5", "0.1")]
     params = cfg.defense_params(config, "refiner.iterations5")

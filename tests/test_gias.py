@@ -7,8 +7,8 @@ the DCGAN trained on the disjoint public split (``digits_generator``). The model
 is DLG's LeNet with a BatchNorm2d after each convolution: the cheapest BatchNorm
 model, needed because "+BN" matches the client's exact BN statistics (the
 paper's ResNet-18 has BatchNorm). Budgets are cut to run on one CPU thread:
-200 latent iterations x 2 restarts then 400 parameter iterations, and GI-x gets
-the same number of cost evaluations (2 x 400 iterations).
+100 latent iterations x 2 restarts then 200 parameter iterations, and GI-x gets
+the same number of cost evaluations (2 restarts x 200 iterations).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from fedleak.attacks.prior import to_model_input
 from fedleak.models import LeNet
 
 BATCH = 4
-LATENT, PARAMETER, RESTARTS = 200, 400, 2
+LATENT, PARAMETER, RESTARTS = 100, 200, 2
 IMAGE = LATENT + PARAMETER // RESTARTS  # GI-x: as many cost evaluations as GI-z/w
 
 
@@ -70,15 +70,21 @@ def observe(model, x, y, **defense) -> attacks.Observation:
                                bn_statistics=batch_statistics(model, x))
 
 
-def test_arguments_are_checked(digits_splits, digits_generator):
+def test_arguments_are_checked(digits_splits):
     with pytest.raises(ValueError, match="variant must be one of"):
-        attacks.build("gias", generator=digits_generator, variant="z/x")
+        attacks.build("gias", variant="z/x")
     with pytest.raises(ValueError, match="'z/w' needs a generator"):
         attacks.build("gias")
     model, x, y = victim_batches(digits_splits["train"], 1)[0]
     obs = observe(model, x, y)
     obs.bn_statistics = None
     with pytest.raises(ValueError, match="need Observation.bn_statistics"):
+        attacks.build("gias", variant="x+BN", image_iterations=1)(obs)
+    plain = LeNet(1, 10, 32)  # no BatchNorm layer to match the statistics with
+    obs = attacks.Observation(model=plain, gradient=defenses.build("none")(
+        defenses.DefenseContext(model=plain, x=x, y=y)), batch_size=BATCH, labels=y,
+        bn_statistics=batch_statistics(model, x))
+    with pytest.raises(ValueError, match="one \\(mean, var\\) pair per BatchNorm layer"):
         attacks.build("gias", variant="x+BN", image_iterations=1)(obs)
 
 
@@ -130,6 +136,6 @@ def test_table1_ordering_on_digits(digits_splits, digits_generator):
     mean = {k: float(np.mean(v)) for k, v in psnr.items()}
     print("GIAS mean PSNR over 8 digits:", {k: round(v, 2) for k, v in mean.items()})
     assert mean["z"] > mean["x"] + 2.0  # the public-split GAN is a usable prior
-    assert mean["z/w"] > mean["z"] + 1.0
-    assert mean["z/w"] > mean["x"] + 3.0
+    assert mean["z/w"] > mean["z"] + 2.0
+    assert mean["z/w"] > mean["x"] + 4.0
     assert mean["z/w+BN"] >= mean["z/w"]

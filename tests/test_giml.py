@@ -4,8 +4,12 @@ GIML's setting: no pretrained generator, only a set of observed gradients. The
 meta-learning starts from a randomly initialised DCGAN generator (DCGAN init)
 and sees the gradients of 8 digits from the train split (DLG's LeNet, one image
 per update, labels by iDLG). Budgets are cut to run on one CPU thread: 8 outer
-steps (one pass, one task per step) of 100 latent + 100 parameter iterations;
-each evaluation runs GI-z/w (100 + 100 iterations, one start) on 4 of them.
+steps (one pass, one task per step) of 100 latent + 100 parameter iterations,
+and the meta update is Alg. 2's own w <- w - beta (w - w') with beta = 0.5
+(``meta_optimizer="sgd"``): the official Adam lr 1e-2 is meant for 200 steps,
+and over 8 its sign-like first steps made the generator worse after 2-3 steps
+on one of two victim draws. Each evaluation runs GI-z/w (100 + 100 iterations,
+one start) on 4 of the 8 digits.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from fedleak.models.dcgan import init_weights
 
 STEPS, INNER = 8, 100
 EVALUATED = 4
+META = {"meta_optimizer": "sgd", "meta_lr": 0.5}
 
 
 @pytest.fixture(autouse=True)
@@ -62,6 +67,8 @@ def test_arguments_are_checked(digits_splits):
         meta_learn_generator([], random_generator(), 1)
     with pytest.raises(ValueError, match="tasks_per_step must be in"):
         meta_learn_generator([obs], random_generator(), 1, tasks_per_step=2)
+    with pytest.raises(ValueError, match="meta_optimizer must be one of"):
+        meta_learn_generator([obs], random_generator(), 1, meta_optimizer="rmsprop")
     with pytest.raises(ValueError, match="latent_dim"):
         meta_learn_generator([obs], torch.nn.Linear(100, 1024), 1)
     with pytest.raises(ValueError, match="giml needs the generator"):
@@ -96,8 +103,8 @@ def test_meta_learned_generator_improves_gias_over_steps_and_over_random(digits_
             psnr[step] = gias_psnr(generator, evaluated)
 
     meta_learn_generator([obs for obs, _ in pairs], start, STEPS, latent_iterations=INNER,
-                         parameter_iterations=INNER, callback=evaluate)
+                         parameter_iterations=INNER, callback=evaluate, **META)
     print(f"GIML: GI-z/w mean PSNR untrained {untrained:.2f} dB, after step 1 {psnr[1]:.2f} dB, "
           f"after step {STEPS} {psnr[STEPS]:.2f} dB")
-    assert psnr[STEPS] > psnr[1] + 1.0
-    assert psnr[STEPS] > untrained + 3.0
+    assert psnr[STEPS] > psnr[1] + 2.0
+    assert psnr[STEPS] > untrained + 5.0

@@ -115,7 +115,7 @@ def cmd_train_giml(args, config: dict) -> None:
     torch.manual_seed(spec["seed"])
     generator.apply(models.dcgan.init_weights)
     keys = ("outer_steps", "tasks_per_step", "latent_iterations", "parameter_iterations",
-            "lr_z", "lr_w", "meta_lr", "tv", "z_norm", "seed")
+            "lr_z", "lr_w", "meta_optimizer", "meta_lr", "tv", "z_norm", "seed")
     meta, log = meta_learn_generator(observations, generator, **{k: spec[k] for k in keys})
     save_torch(args.out, {"generator": meta.state_dict(), "latent_dim": spec["latent_dim"],
                           "width": spec["width"], "channels": train.x.shape[1]})
