@@ -13,11 +13,29 @@ EMBEDDED = cfg.load(__import__("conftest").REPO / "config" / "config.yaml")
 SETTINGS = FLSettings(**{k: v for k, v in EMBEDDED["fl"].items() if k != "seeds"})
 
 
+SIZE = EMBEDDED["datasets"]["digits"]["size"]
+
+
 @pytest.fixture(scope="module")
-def split(digits):
+def split():
+    digits = data.load_digits(channels=1, size=SIZE)
     parts = data.stratified_splits(digits.y.numpy(), {"train": 0.6, "public": 0.2, "test": 0.2}, 0)
     pick = lambda name: data.ImageData(digits.x[parts[name]], digits.y[parts[name]], 10)  # noqa: E731
     return pick("train"), pick("test")
+
+
+@pytest.fixture(scope="module")
+def evalnet():
+    """Refiner's evaluation network at the embedded default's image size."""
+    import torch.nn.functional as F
+
+    from fedleak.models.evalnet import train_evaluation_network
+
+    natural = data.load_natural(2000, seed=0, channels=1)
+    images = F.interpolate(natural.x, size=(SIZE, SIZE), mode="bilinear", align_corners=False)
+    net, _ = train_evaluation_network(images, epochs=3, lr=1e-3, widths=(32, 64, 128),
+                                      progress=False)
+    return net
 
 
 def federated_accuracy(split, defense) -> float:
@@ -26,7 +44,7 @@ def federated_accuracy(split, defense) -> float:
     train, test = split
     torch.manual_seed(0)
     shards = data.iid_partition(len(train), 10, np.random.default_rng(0))
-    history = run_federated(LeNet(1, 10, 32), train, test, shards, defense, SETTINGS, seed=0,
+    history = run_federated(LeNet(1, 10, SIZE), train, test, shards, defense, SETTINGS, seed=0,
                             progress=False)
     return history[-1]["accuracy"]
 
@@ -41,10 +59,13 @@ def test_fedavg_without_defense_reaches_90_percent(undefended):
 
 
 @pytest.mark.parametrize("name", sorted(set(EMBEDDED["defenses"]) - {"none"}))
-def test_strongest_defense_costs_accuracy(split, undefended, name):
+def test_strongest_defense_costs_accuracy(split, undefended, name, request):
     spec = EMBEDDED["defenses"][name]
     strength = defenses.strongest(name, spec["strengths"])
-    defense = defenses.build_at(name, strength, **spec.get("params", {}))
+    params = dict(spec.get("params", {}))
+    if name == "refiner":
+        params["evalnet"] = request.getfixturevalue("evalnet")
+    defense = defenses.build_at(name, strength, **params)
     defended = federated_accuracy(split, defense)
     print(f"{name}={strength}: accuracy {defended:.4f} vs undefended {undefended:.4f}")
     assert defended < undefended
