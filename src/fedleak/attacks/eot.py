@@ -18,7 +18,9 @@ part of §V-D's description), and S defaults to CENSOR's T = 20. The paper's uns
 refinement that "prioritize[s] gradients that are more informative" is not implemented:
 samples are weighted equally. Other defenses are sampled by calling them, so they must be
 differentiable in the gradient they are given (noise, clipping, pruning, quantisation and
-Soteria are; Refiner is not).
+Soteria are). Refiner's upload is the gradient of optimised robust data, not a function of
+the trial gradient that can be sampled: against it EOT matches the trial gradient itself
+(the plain attack), and records that in ``extra["eot_identity"]``.
 
 Wraps any attack whose ``__call__`` accepts ``trial_transform`` (``gga``, ``gifd``) and
 Inverting Gradients, through an objective defined here that transforms its trial gradient.
@@ -39,6 +41,7 @@ from fedleak.attacks.optimization import DISTANCES, best_of_restarts, optimize, 
 from fedleak.defenses import Defense, DefenseContext
 from fedleak.defenses import build as build_defense
 from fedleak.defenses.censor import Censor, orthogonal_like
+from fedleak.defenses.refiner import Refiner
 from fedleak.fl.client import Update, gradient
 
 
@@ -99,6 +102,8 @@ class DefenseSamples:
     def draw(self, trial: Update, images: torch.Tensor) -> Update:
         if isinstance(self.defense, Censor):
             return {k: orthogonal_like(g, self.generator) for k, g in trial.items()}
+        if isinstance(self.defense, Refiner):  # see the module docstring
+            return trial
         ctx = DefenseContext(model=self.obs.model, x=images.detach(), y=self.labels,
                              generator=self.generator, gradient=trial)
         out = self.defense(ctx)
@@ -140,5 +145,6 @@ class ExpectationOverTransformation:
         transform = DefenseSamples(self.defense, obs, infer_labels(obs), self.samples,
                                    torch.Generator().manual_seed(self.seed))
         rec = self.attack(obs, stopper, trial_transform=transform)
-        rec.extra = {**rec.extra, "eot_samples": self.samples, "eot_defense": self.defense.name}
+        rec.extra = {**rec.extra, "eot_samples": self.samples, "eot_defense": self.defense.name,
+                     "eot_identity": isinstance(self.defense, Refiner)}
         return rec
