@@ -65,3 +65,28 @@ def natural_evalnet():
     net, _ = train_evaluation_network(natural.x, epochs=3, lr=1e-3, widths=(32, 64, 128),
                                       progress=False)
     return net
+
+
+def lenet_victims(images, count: int, seed: int = 2024) -> list[tuple]:
+    """``count`` (model, x, y) triples: a fresh LeNet per victim, images drawn by seed."""
+    import numpy as np
+
+    from fedleak.models import LeNet
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, j in enumerate(rng.choice(len(images.x), count, replace=False)):
+        torch.manual_seed(i)
+        c, h, _ = images.x.shape[1:]
+        out.append((LeNet(c, 10, h), images.x[j:j + 1], images.y[j:j + 1]))
+    return out
+
+
+def observe_defended(victim, defense: str, **params):
+    """What the attacker sees of ``victim``'s update under ``defense`` (seeded)."""
+    from fedleak import attacks, defenses
+
+    model, x, y = victim
+    ctx = defenses.DefenseContext(model=model, x=x, y=y, generator=torch.Generator().manual_seed(0))
+    return attacks.Observation(model=model, gradient=defenses.build(defense, **params)(ctx),
+                               batch_size=len(x))

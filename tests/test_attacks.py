@@ -9,23 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import lenet_victims as victims
 
 from fedleak import attacks, defenses, metrics
-from fedleak.models import LeNet
 
 HYBRID = {"kind": "hybrid", "threshold": 1e-5, "patience": 15}  # EPAFL's MNIST setting
 DEFENDED_STEPS = 100  # undefended DLG converges in 15-25 steps; defended runs stop here
-
-
-def victims(images, count: int, seed: int = 2024):
-    """``count`` (model, x, y) triples: a fresh LeNet per victim, images drawn by seed."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i, j in enumerate(rng.choice(len(images.x), count, replace=False)):
-        torch.manual_seed(i)
-        c, h, _ = images.x.shape[1:]
-        out.append((LeNet(c, 10, h), images.x[j:j + 1], images.y[j:j + 1]))
-    return out
 
 
 def run(name: str, victim, defense: str = "none", strength: float = 0.0, **params):

@@ -12,30 +12,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import lenet_victims as victims
+from conftest import observe_defended as observe
 
 from fedleak import attacks, defenses, metrics
 from fedleak.attacks.eot import DefenseSamples
 from fedleak.defenses.base import Defense
 from fedleak.fl.client import gradient
-from fedleak.models import LeNet
 
 SIGMA = 0.01
-
-
-def victims(images, count: int, seed: int = 2024):
-    rng = np.random.default_rng(seed)
-    out = []
-    for i, j in enumerate(rng.choice(len(images.x), count, replace=False)):
-        torch.manual_seed(i)
-        out.append((LeNet(1, 10, 32), images.x[j:j + 1], images.y[j:j + 1]))
-    return out
-
-
-def observe(victim, defense: str, **params) -> attacks.Observation:
-    model, x, y = victim
-    ctx = defenses.DefenseContext(model=model, x=x, y=y, generator=torch.Generator().manual_seed(0))
-    return attacks.Observation(model=model, gradient=defenses.build(defense, **params)(ctx),
-                               batch_size=len(x))
 
 
 @pytest.fixture(scope="module")

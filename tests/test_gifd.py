@@ -12,19 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import lenet_victims as victims
 
 from fedleak import attacks, defenses, metrics
 from fedleak.attacks.gifd import project_l1_ball
-from fedleak.models import LeNet
-
-
-def victims(images, count: int, seed: int = 2024):
-    rng = np.random.default_rng(seed)
-    out = []
-    for i, j in enumerate(rng.choice(len(images.x), count, replace=False)):
-        torch.manual_seed(i)
-        out.append((LeNet(1, 10, 32), images.x[j:j + 1], images.y[j:j + 1]))
-    return out
 
 
 def observe(victim) -> attacks.Observation:
