@@ -127,9 +127,11 @@ def test_soteria_zeroes_fc_columns_only(context):
             assert torch.equal(update[name], grad)
 
 
-def test_censor_upload_is_orthogonal_with_the_true_norm_per_layer(context):
+@pytest.mark.parametrize("proposal", ["normal", "public"])
+def test_censor_upload_is_orthogonal_with_the_true_norm_per_layer(context, digits, proposal):
     ctx = context()
-    update = defenses.build("censor", trials=20)(ctx)
+    public = (digits.x[100:200], digits.y[100:200])  # §V-E: gradients of other labelled images
+    update = defenses.build("censor", trials=20, proposal=proposal, public=public)(ctx)
     for name, grad in ctx.true_gradient().items():
         cos = torch.nn.functional.cosine_similarity(update[name].flatten(), grad.flatten(), dim=0)
         assert abs(float(cos)) < 1e-4
@@ -155,3 +157,25 @@ def test_censor_uploads_the_lowest_loss_trial(context):
             candidates.append(cand)
     best = candidates[min(range(20), key=losses.__getitem__)]
     assert all(torch.equal(upload[k], best[k]) for k in best)
+
+
+def test_censor_public_proposal_needs_public_images_and_is_a_known_proposal():
+    with pytest.raises(ValueError, match="public"):
+        defenses.build("censor", proposal="public")
+    with pytest.raises(ValueError, match="'gumbel'"):
+        defenses.build("censor", proposal="gumbel")
+
+
+def test_censor_public_proposal_follows_the_public_gradient_off_the_true_one(context, digits):
+    """The §V-E upload keeps most of a public batch's gradient direction; a normal one none."""
+    from fedleak.fl.client import gradient
+
+    ctx = context(seed=3)
+    public = (digits.x[100:108], digits.y[100:108])
+    upload = defenses.build("censor", trials=1, proposal="public", public=public)(ctx)
+    random = defenses.build("censor", trials=1)(ctx)
+    reference = gradient(ctx.model, *public)  # 8 of 8 public images: the only possible batch
+    cos = lambda u: float(torch.nn.functional.cosine_similarity(  # noqa: E731
+        u["fc.weight"].flatten(), reference["fc.weight"].flatten(), dim=0))
+    print(f"cos to the public gradient: public {cos(upload):.3f}, normal {cos(random):.3f}")
+    assert cos(upload) > 0.3 and abs(cos(random)) < 0.05

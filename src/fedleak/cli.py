@@ -153,6 +153,9 @@ def build_defense(args, config: dict) -> defenses.Defense:
         if not args.evalnet:
             raise ValueError("defense 'refiner' needs --evalnet (the trained evaluation network)")
         params["evalnet"] = load_evalnet(Path(args.evalnet))
+    if name == "censor" and params.get("proposal") == "public":  # CENSOR §V-E proposals
+        public = data.load_prepared(args.data, "public")
+        params["public"] = (public.x, public.y)
     return defenses.build_at(name, args.strength, **params)
 
 

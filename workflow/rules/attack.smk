@@ -16,6 +16,8 @@ rule attack:
     output:
         metrics=expand(ATTACK_RUN + "/{attack}/seed{{seed}}/metrics.json", attack=ATTACKS, allow_missing=True),
         recon=expand(ATTACK_RUN + "/{attack}/seed{{seed}}/recon.png", attack=ATTACKS, allow_missing=True),
+    benchmark:
+        "results/benchmarks/attack/{case}/{defense}/{strength}/seed{seed}.tsv"
     params:
         attack=config["attack"],
         specs={name: fedleak_config.attack_params(config, name) for name in ATTACKS},

@@ -6,6 +6,8 @@ rule train_evalnet:
     output:
         model="results/evalnet/{dataset}.pt",
         meta="results/evalnet/{dataset}.json",
+    benchmark:
+        "results/benchmarks/train_evalnet/{dataset}.tsv"
     params:
         spec=config["evalnet"],
     resources:

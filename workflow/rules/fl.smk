@@ -11,6 +11,8 @@ rule fl_run:
         metrics="results/fl/{case}/{defense}/{strength}/seed{seed}/metrics.json",
         final="results/fl/{case}/{defense}/{strength}/seed{seed}/final.pt",
         checkpoint=f"results/fl/{{case}}/{{defense}}/{{strength}}/seed{{seed}}/round{config['attack']['round']}.pt",
+    benchmark:
+        "results/benchmarks/fl_run/{case}/{defense}/{strength}/seed{seed}.tsv"
     params:
         fl=config["fl"],
         case=lambda w: fedleak_config.find_case(config, w.case),

@@ -6,6 +6,8 @@ rule train_gan:
         model="results/gan/{dataset}.pt",
         samples="results/gan/{dataset}.png",
         log="results/gan/{dataset}.json",
+    benchmark:
+        "results/benchmarks/train_gan/{dataset}.tsv"
     params:
         spec=config["gan"],
     resources:
@@ -25,6 +27,8 @@ rule train_giml:
         model="results/giml/{case}.pt",
         samples="results/giml/{case}.png",
         log="results/giml/{case}.json",
+    benchmark:
+        "results/benchmarks/train_giml/{case}.tsv"
     params:
         spec=config["giml"],
         data=lambda w: f"results/data/{case_dataset(w)}",

@@ -40,7 +40,7 @@ from fedleak.attacks.label_inference import idlg_label, infer_labels
 from fedleak.attacks.optimization import DISTANCES, best_of_restarts, optimize, total_variation
 from fedleak.defenses import Defense, DefenseContext
 from fedleak.defenses import build as build_defense
-from fedleak.defenses.censor import Censor, orthogonal_like
+from fedleak.defenses.censor import Censor
 from fedleak.defenses.refiner import Refiner
 from fedleak.fl.client import Update, gradient
 
@@ -101,7 +101,7 @@ class DefenseSamples:
 
     def draw(self, trial: Update, images: torch.Tensor) -> Update:
         if isinstance(self.defense, Censor):
-            return {k: orthogonal_like(g, self.generator) for k, g in trial.items()}
+            return self.defense.candidate(trial, self.obs.model, len(images), self.generator)
         if isinstance(self.defense, Refiner):  # see the module docstring
             return trial
         ctx = DefenseContext(model=self.obs.model, x=images.detach(), y=self.labels,
