@@ -108,11 +108,13 @@ def test_pruning_modes_rank_by_their_score(context, mode):
     assert score[kept].min() >= score[~kept].max()
 
 
-def test_soteria_vectorised_mask_equals_the_per_feature_loop(context):
+@pytest.mark.parametrize("channels", [1, 3])  # forward-mode and reverse-mode Jacobians
+def test_soteria_vectorised_mask_equals_the_per_feature_loop(digits, channels):
     from fedleak.defenses.soteria import feature_scores, feature_scores_loop, soteria_mask
 
-    ctx = context()
-    fast, slow = feature_scores(ctx.model, ctx.x), feature_scores_loop(ctx.model, ctx.x)
+    torch.manual_seed(0)
+    model, x = LeNet(channels, 10, 32), digits.x[:8].expand(-1, channels, -1, -1)
+    fast, slow = feature_scores(model, x), feature_scores_loop(model, x)
     torch.testing.assert_close(fast, slow, rtol=1e-4, atol=1e-6)
     assert torch.equal(soteria_mask(fast, 0.3), soteria_mask(slow, 0.3))
 
