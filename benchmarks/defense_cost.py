@@ -5,10 +5,11 @@ images, 3x32x32) on LeNet, ResNet-10 and ResNet-18, on the CPU and on CUDA when
 present. Each defense is timed ``--repeats`` times interleaved with ``none`` so
 machine noise hits both; the table reports medians and the ratio to ``none``.
 A second table times Soteria's vectorised Jacobian against the per-feature loop
-(one backward pass per feature) on LeNet for several batch sizes and image sizes.
+(one backward pass per feature) on LeNet for several batch sizes, image sizes and
+channel counts (1 channel takes the forward-mode Jacobian, 3 the reverse mode).
 
     python benchmarks/defense_cost.py [--models lenet resnet10 resnet18] [--out FILE.csv]
-        [--soteria-batches 1 8 32] [--soteria-sizes 16 32]
+        [--soteria-batches 1 8 32] [--soteria-sizes 16 32] [--soteria-channels 1 3]
 """
 
 from __future__ import annotations
@@ -48,16 +49,18 @@ def time_update(defense, model, x, y, device, repeats: int) -> list[float]:
 
 
 def soteria_speedup(device: torch.device, batches: list[int], sizes: list[int],
-                    repeats: int) -> list[dict]:
+                    channel_counts: list[int], repeats: int) -> list[dict]:
     """Soteria's score pass on LeNet: per-feature loop vs vectorised, interleaved."""
+    from itertools import product
+
     from fedleak.defenses.soteria import feature_scores, feature_scores_loop
 
     rows = []
-    for size in sizes:
+    for channels, size in product(channel_counts, sizes):
         torch.manual_seed(0)
-        model = models.build("lenet", 3, 10, size).to(device)
+        model = models.build("lenet", channels, 10, size).to(device)
         for batch in batches:
-            x = torch.rand(batch, 3, size, size, device=device)
+            x = torch.rand(batch, channels, size, size, device=device)
             timings = {"loop": [], "vectorised": []}
             for _ in range(repeats):
                 for label, fn in (("loop", feature_scores_loop), ("vectorised", feature_scores)):
@@ -69,10 +72,10 @@ def soteria_speedup(device: torch.device, batches: list[int], sizes: list[int],
                         torch.cuda.synchronize()
                     timings[label].append(time.perf_counter() - start)
             loop, fast = (statistics.median(timings[k]) for k in ("loop", "vectorised"))
-            rows.append({"device": device.type, "image_size": size, "batch": batch,
-                         "loop_seconds": loop, "vectorised_seconds": fast,
+            rows.append({"device": device.type, "channels": channels, "image_size": size,
+                         "batch": batch, "loop_seconds": loop, "vectorised_seconds": fast,
                          "speedup": loop / fast})
-            print(f"Soteria {device.type} LeNet {size}x{size} batch {batch}: "
+            print(f"Soteria {device.type} LeNet {channels}x{size}x{size} batch {batch}: "
                   f"loop {loop:.4f} s, vectorised {fast:.4f} s, {loop / fast:.1f}x", flush=True)
     return rows
 
@@ -88,6 +91,7 @@ def main() -> None:
                         help="defenses not to time (e.g. soteria on ResNets on a CPU)")
     parser.add_argument("--soteria-batches", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--soteria-sizes", nargs="+", type=int, default=[16, 32])
+    parser.add_argument("--soteria-channels", nargs="+", type=int, default=[1, 3])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
@@ -119,11 +123,12 @@ def main() -> None:
     wide = table.pivot_table(index="defense", columns=["device", "model"], values="ratio_to_none")
     print("\nseconds per update / none:\n" + wide.round(2).to_string())
     speedups = pd.DataFrame([row for device in devices for row in soteria_speedup(
-        device, args.soteria_batches, args.soteria_sizes, args.repeats)])
+        device, args.soteria_batches, args.soteria_sizes, args.soteria_channels,
+        args.repeats)])
     speedups.to_csv(args.out.with_name(args.out.stem + "_soteria.csv"), index=False,
                     float_format="%.6g", lineterminator="\n")
     print("\nSoteria loop / vectorised:\n"
-          + speedups.pivot_table(index=["device", "image_size"], columns="batch",
+          + speedups.pivot_table(index=["device", "channels", "image_size"], columns="batch",
                                  values="speedup").round(1).to_string())
 
 

@@ -1,18 +1,18 @@
 """Soteria (Sun et al., CVPR 2021), as described in Refiner §2.4 and RecUP-FL §3.1 (4).
 
-The defended layer is the final Linear layer; r = its flattened input (the
-model's ``features(x)``). For every feature f the score ||dr_f/dx||_2 / |r_f|
-(summed over the batch) measures how little the input is exposed through f; the
-fraction ``ratio`` of features with the smallest score, i.e. the largest
-|r_f| / ||dr_f/dx||, is removed: their columns of the Linear weight gradient are
-zeroed; the bias gradient is untouched. The input Jacobian of all features is
-taken in one vectorised pass (``torch.func.vmap`` of ``jacfwd`` or ``jacrev``) instead
-of one backward pass per feature: forward mode (one JVP per input pixel) when a sample
-has at most twice as many pixels as features, reverse mode (one VJP per feature)
-otherwise; forward mode measured 6x faster on 1x16x16 LeNet inputs (256 pixels, 192
-features) and 2.2x on 1x32x32, reverse mode 1.5x faster on 3x32x32 (3,072 vs 768). Scores use the model in eval mode (BatchNorm with its
-running statistics), so the Jacobian pass never updates them. Default ratio 0.1
-(GGL and CENSOR's baseline).
+The defended layer is the final Linear layer; r = its flattened input (the model's
+``features(x)``). For every feature f the score ||dr_f/dx||_2 / |r_f| (summed over
+the batch) measures how little the input is exposed through f; the fraction
+``ratio`` of features with the smallest score, i.e. the largest |r_f| / ||dr_f/dx||,
+is removed: their columns of the Linear weight gradient are zeroed; the bias
+gradient is untouched. The input Jacobian of all features is taken in one vectorised
+pass (``torch.func.vmap`` of ``jacfwd`` or ``jacrev``) instead of one backward pass
+per feature: forward mode (one JVP per input pixel) when a sample has at most twice
+as many pixels as features, reverse mode (one VJP per feature) otherwise; forward
+mode measured 6x faster on 1x16x16 LeNet inputs (256 pixels, 192 features) and 2.2x
+on 1x32x32, reverse mode 1.5x faster on 3x32x32 (3,072 vs 768). Scores use the model
+in eval mode (BatchNorm with its running statistics), so the Jacobian pass never
+updates them. Default ratio 0.1 (GGL and CENSOR's baseline).
 """
 
 from __future__ import annotations
