@@ -10,9 +10,10 @@ uploaded. Every upload is orthogonal to the true gradient layer by layer.
 Proposals (``proposal``): ``normal`` draws g_r ~ N(0, I) (Alg. 1 line 27, the
 paper's default); ``public`` uses the gradient of a random batch of public
 labelled images, the alternative of §V-E ("sampling from a public dataset other
-than a normal distribution", Fig. 10). A normal proposal has no first-order
-effect on the client's loss, so training only moves by chance; public-gradient
-proposals keep the orthogonality and still point downhill for the task.
+than a normal distribution", Fig. 10). Either way the upload has no first-order
+effect on the client's loss: the projection also removes the part of a public
+gradient that the private one shares, most of its descent (docs/decisions.md has
+the FL accuracies this gives).
 
 Alg. 1 initialises the best with the clean gradient (line 11) and the official
 code sends it when no trial beats the original loss; here the best trial is
