@@ -96,17 +96,21 @@ def pmm_vs_psnr(tradeoff: pd.DataFrame, attack: str) -> Figure:
 
 def tradeoff_panels(tradeoff: pd.DataFrame, metric: str) -> Figure:
     """Refiner Fig. 7 (PSNR) / Fig. 10 (SSIM, LPIPS, evaluation-network score) against PMM:
-    one curve per defense, one panel per attack, one row per case."""
+    one curve per defense, one panel per case and attack, at most 3 panels a row."""
     tradeoff = _main_settings(tradeoff)
-    attacks, cases = sorted(tradeoff["attack"].unique()), sorted(tradeoff["case"].unique())
+    cases = sorted(tradeoff["case"].unique())
+    panels = [(case, attack) for case in cases for attack in sorted(tradeoff["attack"].unique())]
+    columns = min(3, len(panels))
+    rows = -(-len(panels) // columns)
     colors = _colors(list(tradeoff["defense"]))
-    fig, axes = plt.subplots(len(cases), len(attacks), squeeze=False, layout="constrained",
-                             figsize=(4.5 * len(attacks), 4.0 * len(cases)))
-    for i, case in enumerate(cases):
-        for j, attack in enumerate(attacks):
-            picked = tradeoff[(tradeoff["case"] == case) & (tradeoff["attack"] == attack)]
-            title = attack if len(cases) == 1 else f"{attack} — {case}"
-            _pmm_panel(axes[i, j], picked, colors, title, metric)
+    fig, axes = plt.subplots(rows, columns, squeeze=False, layout="constrained",
+                             figsize=(4.5 * columns, 4.0 * rows))
+    for ax, (case, attack) in zip(axes.flat, panels):
+        picked = tradeoff[(tradeoff["case"] == case) & (tradeoff["attack"] == attack)]
+        title = attack if len(cases) == 1 else f"{attack} — {case}"
+        _pmm_panel(ax, picked, colors, title, metric)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
     return fig
 
 
