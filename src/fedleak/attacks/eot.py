@@ -22,8 +22,8 @@ Soteria are). Refiner's upload is the gradient of optimised robust data, not a f
 the trial gradient that can be sampled: against it EOT matches the trial gradient itself
 (the plain attack), and records that in ``extra["eot_identity"]``.
 
-Wraps any attack whose ``__call__`` accepts ``trial_transform`` (``gga``, ``gifd``) and
-Inverting Gradients, through an objective defined here that transforms its trial gradient.
+Wraps any attack whose ``__call__`` accepts ``trial_transform`` (``inverting_gradients``,
+``gga``, ``gifd``).
 """
 
 from __future__ import annotations
@@ -34,57 +34,16 @@ import torch
 
 from fedleak.attacks.base import Attack, Observation, Reconstruction, build, register
 from fedleak.attacks.early_stopping import Stopper
-from fedleak.attacks.gga import Transform
-from fedleak.attacks.inverting_gradients import MILESTONES, InvertingGradients
-from fedleak.attacks.label_inference import idlg_label, infer_labels
-from fedleak.attacks.optimization import DISTANCES, best_of_restarts, optimize, total_variation
+from fedleak.attacks.label_inference import infer_labels
 from fedleak.defenses import Defense, DefenseContext
 from fedleak.defenses import build as build_defense
 from fedleak.defenses.censor import Censor
 from fedleak.defenses.refiner import Refiner
-from fedleak.fl.client import Update, gradient
-
-
-def _clamp_unit(variables: list[torch.Tensor]) -> None:
-    variables[0].clamp_(0, 1)
-
-
-class TransformedInvertingGradients(InvertingGradients):
-    """Inverting Gradients matching T(F(x)) to g when given a ``trial_transform``."""
-
-    def __call__(self, obs: Observation, stopper: Stopper | None = None,
-                 trial_transform: Transform | None = None) -> Reconstruction:
-        if trial_transform is None:
-            return super().__call__(obs, stopper)
-        labels = obs.labels.to(obs.device) if obs.labels is not None else idlg_label(obs)
-        target = obs.target_gradient()
-        names = [n for n, _ in obs.model.named_parameters()]
-        distance = DISTANCES[self.distance]
-        gen = torch.Generator().manual_seed(self.seed)
-
-        def run_once(_: int):
-            x = obs.randn((obs.batch_size, *obs.input_shape), gen).requires_grad_(True)
-
-            def objective() -> torch.Tensor:
-                trial = trial_transform(gradient(obs.model, x, labels, create_graph=True), x)
-                return distance([trial[n] for n in names], target) + self.tv * total_variation(x)
-
-            return optimize([x], objective, optimizer="adam", lr=self.lr,
-                            iterations=self.iterations, signed=self.signed,
-                            milestones=MILESTONES, project=_clamp_unit if self.boxed else None,
-                            stopper=stopper or self.stopper)
-
-        best, index, seconds = best_of_restarts(run_once, self.restarts)
-        return Reconstruction(best.variables[0].detach().clamp(0, 1), labels, best.loss_trace,
-                              best.iterations, seconds, best.stop_reason, restart=index)
+from fedleak.fl.client import Update
 
 
 def _with_hook(attack: Attack) -> Attack:
-    """``attack`` itself when it accepts ``trial_transform``; IG gets the hooked objective."""
-    if type(attack) is InvertingGradients:
-        hooked = TransformedInvertingGradients.__new__(TransformedInvertingGradients)
-        hooked.__dict__.update(attack.__dict__)
-        return hooked
+    """``attack`` itself, after checking that its ``__call__`` accepts ``trial_transform``."""
     if "trial_transform" not in inspect.signature(attack.__call__).parameters:
         raise ValueError(f"EOT needs an attack whose __call__ accepts trial_transform (gga, gifd) "
                          f"or inverting_gradients, got {type(attack).__name__}")

@@ -63,6 +63,7 @@ from fedleak.attacks.optimization import (
     DISTANCES,
     Trajectory,
     best_of_restarts,
+    clamp_unit,
     optimize,
     total_variation,
 )
@@ -175,10 +176,6 @@ def parameter_search(generators: Sequence[nn.Module], objective: Callable[[], to
                     milestones=MILESTONES, stopper=stopper)
 
 
-def _clamp_unit(variables: list[torch.Tensor]) -> None:
-    variables[0].clamp_(0, 1)
-
-
 @register("gias")
 class GIAS:
     """GI-x, GI-z, GI-w and GI-z/w (GIAS), each optionally "+BN" (Table 1).
@@ -245,7 +242,7 @@ class GIAS:
         x = obs.randn((obs.batch_size, *obs.input_shape), gen).requires_grad_(True)
         return optimize([x], lambda: cost(x), optimizer="adam", lr=self.lr_x,
                         iterations=self.image_iterations, signed=self.signed,
-                        milestones=MILESTONES, project=_clamp_unit, stopper=stopper)
+                        milestones=MILESTONES, project=clamp_unit, stopper=stopper)
 
     def _generator_search(self, obs: Observation, cost: Cost, gen: torch.Generator,
                           stopper: Stopper | None):

@@ -52,7 +52,7 @@ from fedleak.attacks.bn_statistics import (
 )
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import infer_labels
-from fedleak.attacks.optimization import l2_distance, optimize, total_variation
+from fedleak.attacks.optimization import clamp_unit, l2_distance, optimize, total_variation
 from fedleak.fl.client import gradient
 
 BN_MODES = ("exact", "proxy", "none")
@@ -64,10 +64,6 @@ def bn_loss(trial: Statistics, target: Statistics, first_weight: float) -> torch
     terms = [torch.linalg.vector_norm(m - tm) + torch.linalg.vector_norm(v - tv)
              for (m, v), (tm, tv) in zip(trial, target)]
     return first_weight * terms[0] + sum(terms[1:])
-
-
-def _clamp_unit(variables: list[torch.Tensor]) -> None:
-    variables[0].clamp_(0, 1)
 
 
 @register("gradinversion")
@@ -152,7 +148,7 @@ class GradInversion:
 
             run = optimize([x], objective, optimizer="adam", lr=self.lr,
                            iterations=self.iterations, milestones=MILESTONES,
-                           project=_clamp_unit, stopper=stopper or self.stopper)
+                           project=clamp_unit, stopper=stopper or self.stopper)
             images = x.detach().clamp(0, 1)
             scores = [float(l2_distance(list(gradient(obs.model, images[r], labels).values()),
                                         target)) for r in range(self.restarts)]

@@ -4,7 +4,8 @@ argmin_x 1 - <g(x), g> / (||g(x)|| ||g||) + lambda_TV TV(x) over the box [0, 1],
 with the cosine taken over all layers at once. Adam (lr 0.1) on the sign of the
 gradient, lr x 0.1 at 3/8, 5/8 and 7/8 of 24,000 iterations, x from N(0, 1),
 lambda_TV = 1e-4, best of ``restarts`` by final loss. Labels: the observed ones
-when the attacker knows them, else the iDLG rule (batch of one).
+when the attacker knows them, else the iDLG rule (batch of one). A
+``trial_transform`` T (EOT) makes the objective match T(g(x), x) to g.
 
 ``reconstruct_many`` attacks several victims of one round at once with
 :func:`~fedleak.attacks.optimization.optimize_vectorised` (victims x restarts
@@ -15,6 +16,7 @@ it starts from the images that ``InvertingGradients(seed=seed + v)(obs)`` does.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -24,17 +26,14 @@ from fedleak.attacks.label_inference import idlg_label
 from fedleak.attacks.optimization import (
     DISTANCES,
     best_of_restarts,
+    clamp_unit,
     optimize,
     optimize_vectorised,
     total_variation,
 )
-from fedleak.fl.client import gradient
+from fedleak.fl.client import Update, gradient
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
-
-
-def _clamp_unit(variables: list[torch.Tensor]) -> None:
-    variables[0].clamp_(0, 1)
 
 
 @register("inverting_gradients")
@@ -52,9 +51,12 @@ class InvertingGradients:
         self.signed, self.boxed, self.distance, self.seed = signed, boxed, distance, seed
         self.stopper = stopper_from(stopper)
 
-    def __call__(self, obs: Observation, stopper: Stopper | None = None) -> Reconstruction:
+    def __call__(self, obs: Observation, stopper: Stopper | None = None,
+                 trial_transform: Callable[[Update, torch.Tensor], Update] | None = None
+                 ) -> Reconstruction:
         labels = obs.labels.to(obs.device) if obs.labels is not None else idlg_label(obs)
         target = obs.target_gradient()
+        names = [n for n, _ in obs.model.named_parameters()]
         distance = DISTANCES[self.distance]
         gen = torch.Generator().manual_seed(self.seed)
 
@@ -63,11 +65,13 @@ class InvertingGradients:
 
             def objective() -> torch.Tensor:
                 trial = gradient(obs.model, x, labels, create_graph=True)
-                return distance(list(trial.values()), target) + self.tv * total_variation(x)
+                if trial_transform is not None:
+                    trial = trial_transform(trial, x)
+                return distance([trial[n] for n in names], target) + self.tv * total_variation(x)
 
             return optimize([x], objective, optimizer="adam", lr=self.lr,
                             iterations=self.iterations, signed=self.signed,
-                            milestones=MILESTONES, project=_clamp_unit if self.boxed else None,
+                            milestones=MILESTONES, project=clamp_unit if self.boxed else None,
                             stopper=stopper or self.stopper)
 
         best, index, seconds = best_of_restarts(run_once, self.restarts)

@@ -52,6 +52,11 @@ def cosine_distance(trial: Sequence[torch.Tensor], target: Sequence[torch.Tensor
 DISTANCES = {"l2": l2_distance, "cosine": cosine_distance}
 
 
+def clamp_unit(variables: list[torch.Tensor]) -> None:
+    """Box projection of an image attack's first variable onto [0, 1]."""
+    variables[0].clamp_(0, 1)
+
+
 def total_variation(x: torch.Tensor) -> torch.Tensor:
     dx = (x[:, :, :, 1:] - x[:, :, :, :-1]).abs().mean()
     dy = (x[:, :, 1:, :] - x[:, :, :-1, :]).abs().mean()
