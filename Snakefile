@@ -1,53 +1,24 @@
 # fedleak: the whole chain from raw data to tables, figures and report.md.
-#   snakemake --cores all                                   (embedded default, offline, CPU)
-#   snakemake --configfile config/paper/refiner.yaml --profile workflow/profiles/slurm
-import json
-import sys
-from pathlib import Path
+#   snakemake --cores all                                       (embedded default, offline, CPU)
+#   snakemake --cores all --configfile config/paper/<paper>.yaml    (that file is the whole config)
+#   snakemake --configfile config/paper/<paper>.yaml --profile workflow/profiles/slurm
+from snakemake.utils import min_version
 
-from fedleak import config as fedleak_config
-from fedleak import paths
-from fedleak.utils.io import write_json
+min_version("9.0")
 
 
-configfile: "config/config.yaml"
+report: "workflow/report/workflow.rst"
 
 
-# Validate before any job is scheduled: one line naming the bad key, then stop.
-try:
-    _validated = fedleak_config.validate(
-        config, schema_file=workflow.source_path("workflow/schemas/config.schema.yaml")
-    )
-except fedleak_config.ConfigError as _error:
-    sys.exit(f"fedleak: {_error}")
-config.clear()
-config.update(_validated)
-
-RESULTS = Path("results")
-# Every `fedleak` command reads the same validated, merged configuration.
-CONFIG_JSON = RESULTS / "config.resolved.json"
-if not CONFIG_JSON.is_file() or json.loads(CONFIG_JSON.read_text()) != config:
-    write_json(CONFIG_JSON, config)
-TARGETS = paths.targets(config, RESULTS)
-
-
-def code(*subpackages):
-    """The package modules a rule runs: a change to them re-runs the rule."""
-    root = Path("src/fedleak")
-    files = [root / "cli.py", root / "config.py", root / "paths.py"]
-    for sub in ("utils", *subpackages):
-        files += sorted((root / sub).glob("*.py"))
-    return [str(f) for f in files]
+include: "workflow/rules/common.smk"
 
 
 wildcard_constraints:
     dataset="[a-z0-9_]+",
     case="[^/]+",
-    defense=r"[a-z_]+(\.[a-z_]+\d[0-9.e+-]*)?",
-    strength="[^/]+",
-    attack="[a-z_]+",
+    setting="[a-z][a-z0-9_]*-[^/]+",
+    attack="[a-z][a-z0-9_]*",
     seed=r"\d+",
-
 
 include: "workflow/rules/data.smk"
 include: "workflow/rules/evalnet.smk"
@@ -61,7 +32,6 @@ rule all:
     default_target: True
     input:
         TARGETS["report"],
-        TARGETS["gan"],
 
 
 rule all_data:

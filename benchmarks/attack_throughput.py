@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 
 from fedleak import attacks, models
-from fedleak.fl.client import gradient
+from fedleak.types import Update
 
 DEFAULT_ITERATIONS = {"lenet": 20, "resnet18": 2}
 
@@ -53,7 +53,7 @@ def observations(model: torch.nn.Module, victims: int, batch: int, device: torch
     for _ in range(victims):
         x = torch.rand(batch, *model.input_shape, generator=gen).to(device)
         y = torch.randint(0, 10, (batch,), generator=gen).to(device)
-        observed = {n: g.detach() for n, g in gradient(model, x, y).items()}
+        observed = Update.of(model, x, y).detached()
         out.append(attacks.Observation(model=model, gradient=observed, batch_size=batch,
                                        labels=y))
     return out

@@ -51,7 +51,7 @@ def digits_generator(digits_splits):
 
     # lr 1e-3: at DCGAN's 2e-4 the discriminator wins on 359 digits and samples stay grey
     generator, _ = train_dcgan(digits_splits["public"].x, epochs=40, batch_size=64, lr=1e-3,
-                               width=32, seed=0, progress=False)
+                               latent_dim=100, width=32, seed=0, progress=False)
     return generator
 
 
@@ -62,7 +62,8 @@ def natural_evalnet():
     from fedleak.models.evalnet import train_evaluation_network
 
     natural = load_natural(2000, seed=0, channels=1)
-    net, _ = train_evaluation_network(natural.x, epochs=3, lr=1e-3, widths=(32, 64, 128),
+    net, _ = train_evaluation_network(natural.x, epochs=3, batch_size=128, lr=1e-3, seed=0,
+                                      widths=(32, 64, 128),
                                       progress=False)
     return net
 

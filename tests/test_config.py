@@ -1,21 +1,36 @@
+"""Configuration validation: defaults from the schema, one clear line per bad value."""
+
 import pytest
+from conftest import REPO
 
 from fedleak import config as cfg
+from fedleak.experiment import plan
+from fedleak.types import Setting
 
 
 def test_defaults_fill_an_empty_config():
     config = cfg.validate({})
     assert config["fl"]["rounds"] == 200
     assert config["cases"][0]["partition"]["kind"] == "iid"
-    assert cfg.case_name(config["cases"][0]) == "digits-lenet-iid-k10"
+    assert plan.case_name(config["cases"][0]) == "digits-lenet-iid-k10"
+    assert config["defenses"] == {"none": {"strengths": [0], "params": {}}}
 
 
 @pytest.mark.parametrize("bad, key", [
     ({"fll": {}}, "'fll'"),
     ({"fl": {"roundz": 3}}, "'fl.roundz'"),
     ({"fl": {"rounds": "many"}}, "'fl.rounds'"),
+    ({"fl": {"local_lr": float("nan")}}, "'fl.local_lr'"),
     ({"defenses": {"dp_gausian": {"strengths": [0.1]}}}, "'defenses.dp_gausian'"),
+    ({"defenses": {"dp": {"defense": "dp_gausian", "strengths": [0.1]}}}, "'defenses.dp.defense'"),
+    ({"defenses": {"dp_gaussian": {"strengths": [0.1], "params": {"sigma": 1}}}},
+     "'defenses.dp_gaussian.params.sigma'"),
+    ({"defenses": {"censor": {"strengths": [2], "params": {"stepp": 1}}}},
+     "'defenses.censor.params.stepp'"),
     ({"attacks": {"dgl": {}}}, "'attacks.dgl'"),
+    ({"attacks": {"dlg": {"stopper": {"kind": "early"}}}}, "'attacks.dlg.stopper.kind'"),
+    ({"attacks": {"eot": {"wraps_params": {"iterations": 0}}}},
+     "'attacks.eot.wraps_params.iterations'"),
     ({"defenses": {"dp_gaussian": {"strengths": [-0.1]}}}, "'defenses.dp_gaussian.strengths[0]'"),
     ({"defenses": {"quantization": {"strengths": [0]}}}, "'defenses.quantization.strengths[0]'"),
     ({"attack": {"seeds": [7]}}, "'attack.seeds'"),
@@ -28,35 +43,49 @@ def test_bad_config_names_the_key_in_one_line(bad, key):
     assert "\n" not in message
 
 
-def test_embedded_and_test_configs_are_valid():
-    from conftest import REPO
-
-    for name in ("config.yaml", "test.yaml"):
-        cfg.load(REPO / "config" / name)
-    for path in sorted((REPO / "config" / "paper").glob("*.yaml")):
+def test_embedded_paper_and_test_configs_are_valid():
+    for path in [REPO / "config" / "config.yaml", REPO / "config" / "test.yaml",
+                 *sorted((REPO / "config" / "paper").glob("*.yaml"))]:
         cfg.load(path)
 
 
-def test_strength_text_is_canonical():
-    assert [cfg.fmt_strength(v) for v in (0, 0.01, 1e-5, 4, 0.99)] == \
-        ["0", "0.01", "1e-05", "4", "0.99"]
+def test_a_label_runs_a_registered_attack_or_defense_under_another_name():
+    config = cfg.validate({
+        "defenses": {"pruning_weight": {"defense": "pruning", "strengths": [0.5],
+                                        "params": {"mode": "weight"}}},
+        "attacks": {"idlg": {}, "epafl": {"attack": "idlg", "stopper": {"kind": "hybrid"}}}})
+    assert plan.attack_of(config, "epafl") == ("idlg", {
+        "iterations": 300, "lr": 1.0, "restarts": 1,
+        "stopper": {"kind": "hybrid", "threshold": 1e-5, "patience": 15}})
+    assert plan.attack_of(config, "idlg")[1]["stopper"] is None
+    assert plan.defense_of(config, Setting.of("pruning_weight", 0.5)) == (
+        "pruning", {"mode": "weight", "ratio": 0.5})
 
 
-def test_ablation_settings_name_and_parametrise_each_point():
-    sweep = {"beta": [0, 2], "iterations": [5]}
+def test_ablation_points_are_settings_with_one_override():
+    sweep = {"beta": [0, 2], "iterations": [5, 10]}
     config = cfg.validate({"defenses": {"refiner": {"strengths": [0.1, 0.3]}},
                            "ablations": {"refiner": {"strength": 0.1, "sweep": sweep}}})
-    assert list(cfg.ablation_settings(config)) == [
-        ("refiner.beta0", "0.1"), ("refiner.beta2", "0.1"), ("refiner.iterations5", "0.1")]
-    params = cfg.defense_params(config, "refiner.iterations5")
-    assert params["iterations"] == 5 and isinstance(params["iterations"], int)
-    assert params["beta"] == 1.0  # the other parameters keep their configured defaults
-    assert cfg.split_label("refiner.tau1e-05") == ("refiner", {"tau": 1e-05})
-    with pytest.raises(cfg.ConfigError, match="refiner.beta"):
-        cfg.split_label("refiner.beta")
+    texts = [s.text for s in plan.settings(config)]
+    # iterations 10 is the configured value: it is the main run's setting, not a new one
+    assert texts == ["none-0", "refiner-0.1", "refiner-0.3", "refiner-0.1~beta=0",
+                     "refiner-0.1~beta=2", "refiner-0.1~iterations=5"]
+    name, params = plan.defense_of(config, Setting.parse("refiner-0.1~iterations=5"))
+    assert name == "refiner" and params["iterations"] == 5 and params["beta"] == 1.0
 
 
-def test_ablation_strength_must_be_a_configured_strength():
-    with pytest.raises(cfg.ConfigError, match=r"ablations.refiner.strength.*0.5"):
-        cfg.validate({"defenses": {"refiner": {"strengths": [0.1]}},
-                      "ablations": {"refiner": {"strength": 0.5, "sweep": {"beta": [0]}}}})
+@pytest.mark.parametrize("bad, key", [
+    ({"refiner": {"strength": 0.5, "sweep": {"beta": [0]}}}, "ablations.refiner.strength"),
+    ({"refiner": {"strength": 0.1, "sweep": {"betta": [0]}}}, "ablations.refiner.sweep.betta"),
+    ({"refiner": {"strength": 0.1, "sweep": {"beta": [-1]}}}, "ablations.refiner.sweep.beta[0]"),
+])
+def test_ablations_are_checked_against_the_defense(bad, key):
+    with pytest.raises(cfg.ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        cfg.validate({"defenses": {"refiner": {"strengths": [0.1]}}, "ablations": bad})
+
+
+def test_a_yaml_syntax_error_names_the_file(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("fl: {rounds: 3\n")
+    with pytest.raises(cfg.ConfigError, match="broken.yaml is not valid YAML"):
+        cfg.load(path)

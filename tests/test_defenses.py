@@ -170,13 +170,13 @@ def test_censor_public_proposal_needs_public_images_and_is_a_known_proposal():
 
 def test_censor_public_proposal_follows_the_public_gradient_off_the_true_one(context, digits):
     """The §V-E upload keeps most of a public batch's gradient direction; a normal one none."""
-    from fedleak.fl.client import gradient
+    from fedleak.types import Update
 
     ctx = context(seed=3)
     public = (digits.x[100:108], digits.y[100:108])
     upload = defenses.build("censor", trials=1, proposal="public", public=public)(ctx)
     random = defenses.build("censor", trials=1)(ctx)
-    reference = gradient(ctx.model, *public)  # 8 of 8 public images: the only possible batch
+    reference = Update.of(ctx.model, *public)  # 8 of 8 public images: the only possible batch
     cos = lambda u: float(torch.nn.functional.cosine_similarity(  # noqa: E731
         u["fc.weight"].flatten(), reference["fc.weight"].flatten(), dim=0))
     print(f"cos to the public gradient: public {cos(upload):.3f}, normal {cos(random):.3f}")

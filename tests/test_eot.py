@@ -18,7 +18,7 @@ from conftest import observe_defended as observe
 from fedleak import attacks, defenses, metrics
 from fedleak.attacks.eot import DefenseSamples
 from fedleak.defenses.base import Defense
-from fedleak.fl.client import gradient
+from fedleak.types import Update
 
 SIGMA = 0.01
 
@@ -29,10 +29,10 @@ def pool(digits_splits):
 
 
 def test_eot_beats_the_plain_attack_under_dp_noise(pool, digits_generator):
-    gga = {"generator": digits_generator, "optimizer": "adam", "iterations": 100}
-    plain = attacks.build("gga", **gga)
-    eot = attacks.build("eot", attack="gga", attack_params=gga, defense="dp_gaussian",
-                        defense_params={"sigma": SIGMA}, samples=5)
+    gga = {"optimizer": "adam", "iterations": 100}
+    plain = attacks.build("gga", generator=digits_generator, **gga)
+    eot = attacks.build("eot", wraps="gga", wraps_params=gga, generator=digits_generator,
+                        defense=defenses.build("dp_gaussian", sigma=SIGMA), samples=5)
     psnr = {"plain": [], "eot": []}
     for v in pool:
         obs = observe(v, "dp_gaussian", sigma=SIGMA)
@@ -48,7 +48,7 @@ def test_censor_samples_are_orthogonal_rescaled_and_differentiable(pool):
     model, x, y = pool[0]
     obs = observe(pool[0], "censor")
     images = x.clone().requires_grad_(True)
-    trial = gradient(model, images, y, create_graph=True)
+    trial = Update.of(model, images, y, create_graph=True)
     samples = DefenseSamples(defenses.build("censor"), obs, y, 4, torch.Generator().manual_seed(0))
     draw = samples.draw(trial, images)
     for k, g in trial.items():
@@ -64,8 +64,8 @@ def test_eot_wraps_inverting_gradients(pool):
     obs = observe(pool[0], "dp_gaussian", sigma=SIGMA)
     params = {"iterations": 20, "tv": 0.1}
     plain = attacks.build("inverting_gradients", **params)(obs)
-    eot = attacks.build("eot", attack="inverting_gradients", attack_params=params,
-                        defense="dp_gaussian", defense_params={"sigma": SIGMA}, samples=3)(obs)
+    eot = attacks.build("eot", wraps="inverting_gradients", wraps_params=params,
+                        defense=defenses.build("dp_gaussian", sigma=SIGMA), samples=3)(obs)
     assert eot.iterations == 20 and eot.extra["eot_samples"] == 3
     assert eot.loss_trace != plain.loss_trace  # the objective sees the defended trial gradient
 
@@ -76,10 +76,10 @@ class _Detaching(Defense):
 
 
 def test_eot_rejects_unhooked_attacks_and_non_differentiable_defenses(pool, digits_generator):
-    with pytest.raises(ValueError, match="accepts trial_transform"):
-        attacks.build("eot", attack="dlg", defense="dp_gaussian")
+    with pytest.raises(ValueError, match="'wraps': 'dlg' is not one of"):
+        attacks.build("eot", wraps="dlg", defense="dp_gaussian")
     obs = observe(pool[0], "none")
-    eot = attacks.build("eot", attack="gga", defense=_Detaching(), attack_params={
-        "generator": digits_generator, "optimizer": "adam", "iterations": 2})
+    eot = attacks.build("eot", wraps="gga", defense=_Detaching(), generator=digits_generator,
+                        wraps_params={"optimizer": "adam", "iterations": 2})
     with pytest.raises(ValueError, match="differentiable in the gradient"):
         eot(obs)

@@ -10,7 +10,7 @@ from fedleak.fl.server import FLSettings, run_federated
 from fedleak.models import LeNet
 
 EMBEDDED = cfg.load(__import__("conftest").REPO / "config" / "config.yaml")
-SETTINGS = FLSettings(**{k: v for k, v in EMBEDDED["fl"].items() if k != "seeds"})
+SETTINGS = FLSettings.from_config(EMBEDDED["fl"])
 
 
 SIZE = EMBEDDED["datasets"]["digits"]["size"]
@@ -33,7 +33,8 @@ def evalnet():
 
     natural = data.load_natural(2000, seed=0, channels=1)
     images = F.interpolate(natural.x, size=(SIZE, SIZE), mode="bilinear", align_corners=False)
-    net, _ = train_evaluation_network(images, epochs=3, lr=1e-3, widths=(32, 64, 128),
+    net, _ = train_evaluation_network(images, epochs=3, batch_size=128, lr=1e-3, seed=0,
+                                      widths=(32, 64, 128),
                                       progress=False)
     return net
 

@@ -17,7 +17,7 @@ from conftest import observe_defended as observe
 
 from fedleak import attacks, metrics
 from fedleak.attacks.gga import adaptive_transform
-from fedleak.fl.client import gradient
+from fedleak.types import Update
 
 PRUNING = 0.99
 
@@ -50,11 +50,10 @@ def test_gga_beats_inverting_gradients_under_strong_pruning(pruned, digits_gener
     ig = attacks.build("inverting_gradients", iterations=200)
     recs = {"gga": [gga(o) for o in observations], "ig": [ig(o) for o in observations]}
     truth = [v[1] for v in pool]
-    score = {name: {metric: np.array([fn(r.images, x) if metric != "noise" else fn(r.images)
-                                      for r, x in zip(rs, truth)])
-                    for metric, fn in (("psnr", metrics.psnr), ("ssim", metrics.ssim),
-                                       ("noise", lambda i: metrics.noise_ratio(i, natural_evalnet)),
-                                       ("lpips", metrics.lpips))}
+    measures = {"psnr": metrics.psnr, "ssim": metrics.ssim,
+                "noise": lambda images, _: metrics.noise_ratio(images, natural_evalnet)}
+    score = {name: {metric: np.array([fn(r.images, x) for r, x in zip(rs, truth)])
+                    for metric, fn in measures.items()}
              for name, rs in recs.items()}
     for name, s in score.items():
         print(f"{name} under pruning {PRUNING}: " + ", ".join(
@@ -62,8 +61,6 @@ def test_gga_beats_inverting_gradients_under_strong_pruning(pruned, digits_gener
     assert all(r.labels.tolist() == v[2].tolist() for r, v in zip(recs["gga"], pool))
     assert score["gga"]["noise"].mean() <= score["ig"]["noise"].mean() - 0.3
     assert score["gga"]["ssim"].mean() >= score["ig"]["ssim"].mean() + 0.3
-    if metrics.lpips_unavailable_reason() is None:
-        assert score["gga"]["lpips"].mean() < score["ig"]["lpips"].mean()
 
 
 def test_gga_cmaes_runs_and_improves_its_loss(pruned, digits_generator):
@@ -89,7 +86,7 @@ def test_adaptive_transformations_follow_the_received_gradient(digits_splits):
     victim = victims(digits_splits["train"], 1, seed=5)[0]
     model, x, y = victim
     other = digits_splits["train"].x[:1]
-    trial = {k: v.detach() for k, v in gradient(model, other, y).items()}
+    trial = Update.of(model, other, y).detached()
 
     pruned = observe(victim, "pruning", ratio=0.9)
     out = adaptive_transform("pruning", pruned)(trial, other)
@@ -110,7 +107,7 @@ def test_adaptive_transformations_follow_the_received_gradient(digits_splits):
 
 
 def test_gga_rejects_unknown_settings(digits_generator):
-    with pytest.raises(ValueError, match="optimizer must be one of .* got 'sgd'"):
+    with pytest.raises(ValueError, match="'optimizer': 'sgd' is not one of"):
         attacks.build("gga", generator=digits_generator, optimizer="sgd")
-    with pytest.raises(ValueError, match="transform must be one of .* got 'noise'"):
+    with pytest.raises(ValueError, match="'transform': 'noise' is not one of"):
         attacks.build("gga", generator=digits_generator, transform="noise")

@@ -71,9 +71,9 @@ def observe(model, x, y, **defense) -> attacks.Observation:
 
 
 def test_arguments_are_checked(digits_splits):
-    with pytest.raises(ValueError, match="variant must be one of"):
+    with pytest.raises(ValueError, match="'variant': 'z/x' is not one of"):
         attacks.build("gias", variant="z/x")
-    with pytest.raises(ValueError, match="'z/w' needs a generator"):
+    with pytest.raises(ValueError, match="needs generator="):
         attacks.build("gias")
     model, x, y = victim_batches(digits_splits["train"], 1)[0]
     obs = observe(model, x, y)

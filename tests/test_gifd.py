@@ -63,5 +63,5 @@ def test_l1_projection_is_the_closest_point_of_the_ball():
 def test_gifd_rejects_more_stages_than_the_generator_has(digits_generator):
     with pytest.raises(ValueError, match="steps must list 1 to 4"):
         attacks.build("gifd", generator=digits_generator, steps=(10,) * 5)
-    with pytest.raises(ValueError, match="radii must give a positive radius"):
+    with pytest.raises(ValueError, match="radii"):
         attacks.build("gifd", generator=digits_generator, steps=(10, 10), radii=(0.0,))

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedleak import attacks, defenses, metrics
+from fedleak import attacks, config, defenses, metrics
 from fedleak.attacks.giml import meta_learn_generator
 from fedleak.models import Generator, LeNet
 from fedleak.models.dcgan import init_weights
@@ -26,6 +26,15 @@ from fedleak.models.dcgan import init_weights
 STEPS, INNER = 8, 100
 EVALUATED = 4
 META = {"meta_optimizer": "sgd", "meta_lr": 0.5}
+GIML_DEFAULTS = config.validate({})["giml"]  # the schema's giml: block
+
+
+def learn(observations, generator, steps: int, **params):
+    """meta_learn_generator with the schema's defaults for what ``params`` leave out."""
+    keys = ("tasks_per_step", "latent_iterations", "parameter_iterations", "lr_z", "lr_w",
+            "meta_optimizer", "meta_lr", "tv", "z_norm", "seed")
+    return meta_learn_generator(observations, generator, outer_steps=steps,
+                                **{**{k: GIML_DEFAULTS[k] for k in keys}, **params})
 
 
 @pytest.fixture(autouse=True)
@@ -64,14 +73,14 @@ def gias_psnr(generator, pairs) -> float:
 def test_arguments_are_checked(digits_splits):
     (obs, _), = observations(digits_splits["train"], 1)
     with pytest.raises(ValueError, match="at least one observation"):
-        meta_learn_generator([], random_generator(), 1)
+        learn([], random_generator(), 1)
     with pytest.raises(ValueError, match="tasks_per_step must be in"):
-        meta_learn_generator([obs], random_generator(), 1, tasks_per_step=2)
+        learn([obs], random_generator(), 1, tasks_per_step=2)
     with pytest.raises(ValueError, match="meta_optimizer must be one of"):
-        meta_learn_generator([obs], random_generator(), 1, meta_optimizer="rmsprop")
+        learn([obs], random_generator(), 1, meta_optimizer="rmsprop")
     with pytest.raises(ValueError, match="latent_dim"):
-        meta_learn_generator([obs], torch.nn.Linear(100, 1024), 1)
-    with pytest.raises(ValueError, match="giml needs the generator"):
+        learn([obs], torch.nn.Linear(100, 1024), 1)
+    with pytest.raises(ValueError, match="needs generator="):
         attacks.build("giml")
 
 
@@ -80,9 +89,8 @@ def test_meta_learning_leaves_the_input_generator_alone(digits_splits):
     start = random_generator()
     before = {k: v.clone() for k, v in start.state_dict().items()}
     seen = []
-    meta, log = meta_learn_generator([obs for obs, _ in pairs], start, 2, latent_iterations=3,
-                                     parameter_iterations=2,
-                                     callback=lambda step, _g, _e: seen.append(step))
+    meta, log = learn([obs for obs, _ in pairs], start, 2, latent_iterations=3,
+                      parameter_iterations=2, callback=lambda step, _g, _e: seen.append(step))
     assert all(torch.equal(before[k], v) for k, v in start.state_dict().items())
     assert seen == [1, 2] and [e["step"] for e in log] == [1, 2]
     assert sorted(e["tasks"][0] for e in log) == [0, 1]  # one pass over the set
@@ -102,8 +110,8 @@ def test_meta_learned_generator_improves_gias_over_steps_and_over_random(digits_
         if step in (1, STEPS):
             psnr[step] = gias_psnr(generator, evaluated)
 
-    meta_learn_generator([obs for obs, _ in pairs], start, STEPS, latent_iterations=INNER,
-                         parameter_iterations=INNER, callback=evaluate, **META)
+    learn([obs for obs, _ in pairs], start, STEPS, latent_iterations=INNER,
+          parameter_iterations=INNER, callback=evaluate, **META)
     print(f"GIML: GI-z/w mean PSNR untrained {untrained:.2f} dB, after step 1 {psnr[1]:.2f} dB, "
           f"after step {STEPS} {psnr[STEPS]:.2f} dB")
     assert psnr[STEPS] > psnr[1] + 2.0

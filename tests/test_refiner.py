@@ -1,20 +1,18 @@
 """Refiner (Fan et al.): robust data is noisy to the evaluation network, and the
 uploaded gradient stays inside the epsilon-ball around the true gradient."""
 
+import numpy as np
 import pytest
 import torch
 
-from fedleak import data, defenses, metrics
+from fedleak import defenses, metrics
 from fedleak.models import LeNet
-from fedleak.models.evalnet import monotonicity, train_evaluation_network
+from fedleak.models.evalnet import monotonicity
 
 
 @pytest.fixture(scope="module")
-def evalnet():
-    natural = data.load_natural(2000, seed=0, channels=1)  # as the embedded default trains it
-    net, _ = train_evaluation_network(natural.x, epochs=3, lr=1e-3, widths=(32, 64, 128),
-                                      progress=False)
-    return net
+def evalnet(natural_evalnet):
+    return natural_evalnet  # as the embedded default trains it
 
 
 @pytest.fixture()
@@ -25,9 +23,14 @@ def context(digits):
                                            generator=torch.Generator().manual_seed(0))
 
 
-def test_evaluation_network_predictions_increase_with_the_noise_ratio(evalnet, digits):
-    predictions = [row["prediction"] for row in monotonicity(evalnet, digits.x[:200])]
-    assert predictions == sorted(predictions)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_evaluation_network_predictions_increase_strictly_with_the_noise_ratio(evalnet, digits,
+                                                                               seed):
+    """Refiner Fig. 4 on images it never saw (digits; trained on photographs), for three
+    draws of the noise: every step of 0.1 in the ratio raises the mean prediction."""
+    predictions = [row["prediction"] for row in monotonicity(evalnet, digits.x[:200], seed=seed)]
+    print(f"seed {seed}: " + ", ".join(f"{p:.3f}" for p in predictions))
+    assert np.all(np.diff(predictions) > 0)
 
 
 def test_robust_data_is_noisy_to_the_evaluation_network(evalnet, context):

@@ -173,7 +173,7 @@ def test_censor_table_has_one_row_per_setting_and_four_metrics_per_attack() -> N
         ("c", "none", 0.0, "ig", 100, 20.0, 0.7, 0.01, np.nan, 0.2),
         ("c", "censor", 20.0, "dlg", 98, 5.0, 0.1, 0.3, np.nan, 0.5),
         ("c", "censor", 20.0, "ig", 98, 6.0, 0.1, 0.2, np.nan, 0.5),
-        ("c", "refiner.beta0", 0.1, "ig", 97, 9.0, 0.2, 0.1, np.nan, 0.4),
+        ("c", "refiner~beta=0", 0.1, "ig", 97, 9.0, 0.2, 0.1, np.nan, 0.4),
     ])
     table = censor_table(tradeoff)
     assert table[["defense", "strength"]].values.tolist() == [["censor", 20.0], ["none", 0.0]]
@@ -183,16 +183,20 @@ def test_censor_table_has_one_row_per_setting_and_four_metrics_per_attack() -> N
 
 
 def test_ablation_table_puts_the_default_value_from_the_main_run() -> None:
+    from fedleak import config
+    from fedleak.experiment.plan import ablation_points
     from fedleak.report.tables import ablation_table
 
     tradeoff = _tradeoff_rows([
         ("c", "refiner", 0.1, "ig", 97, 9.0, 0.2, 0.1, np.nan, 0.4),
         ("c", "refiner", 0.3, "ig", 99, 12.0, 0.3, 0.05, np.nan, 0.3),
-        ("c", "refiner.beta0", 0.1, "ig", 98, 11.0, 0.25, 0.08, np.nan, 0.35),
-        ("c", "refiner.beta2", 0.1, "ig", 96, 8.0, 0.15, 0.12, np.nan, 0.45),
+        ("c", "refiner~beta=0", 0.1, "ig", 98, 11.0, 0.25, 0.08, np.nan, 0.35),
+        ("c", "refiner~beta=2", 0.1, "ig", 96, 8.0, 0.15, 0.12, np.nan, 0.45),
     ])
-    table = ablation_table(tradeoff, {"refiner": {"strength": 0.1, "sweep": {"beta": [0, 2]}}},
-                           {"refiner": {"beta": 1.0}})
+    points = ablation_points(config.validate({
+        "defenses": {"refiner": {"strengths": [0.1, 0.3]}},
+        "ablations": {"refiner": {"strength": 0.1, "sweep": {"beta": [0, 2]}}}}))
+    table = ablation_table(tradeoff, points)
     assert table["value"].tolist() == [0, 1.0, 2]
     assert table["default"].tolist() == [False, True, False]
     assert table["psnr"].tolist() == [11.0, 9.0, 8.0]

@@ -1,17 +1,18 @@
-"""Configuration: load, validate against the JSON schema, fill defaults, name things.
+"""Configuration: load, validate against the JSON schema, fill defaults.
 
-The schema (``schemas/config.schema.yaml``, also at ``workflow/schemas/``) has
-``additionalProperties: false`` everywhere, so a misspelt key, a wrong type, an
-unknown defense or attack, or a negative strength fails with one line that names
-the offending key before any work starts.
+The schema (``schemas/config.schema.yaml``; ``workflow/schemas/`` links to it) is the
+one source of defaults: the pipeline configuration and ``attacks.build`` /
+``defenses.build`` fill theirs from it. It has ``additionalProperties: false``
+everywhere, so a misspelt key, a wrong type, an unknown defense or attack, or a
+negative strength fails with one line naming the key before any work starts.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import re
-from collections.abc import Iterator
+import math
+from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -31,143 +32,256 @@ def _with_defaults(base):
     def set_defaults(validator, properties, instance, schema):
         if isinstance(instance, dict):
             for key, sub in properties.items():
+                sub = _dereference(sub)
                 if "default" in sub and key not in instance:
                     instance[key] = copy.deepcopy(sub["default"])
         yield from validate_properties(validator, properties, instance, schema)
 
-    return validators.extend(base, {"properties": set_defaults})
+    # a Python tuple is an array too (attacks.build("gifd", steps=(200,)))
+    checker = base.TYPE_CHECKER.redefine(
+        "array", lambda _, instance: isinstance(instance, (list, tuple)))
+    return validators.extend(base, {"properties": set_defaults}, type_checker=checker)
 
 
 DefaultFillingValidator = _with_defaults(Draft202012Validator)
 
 
-@lru_cache(maxsize=4)
-def schema(path: str | None = None) -> dict:
-    """The config schema: the packaged copy, or the file at ``path``."""
-    if path is None:
-        text = resources.files("fedleak").joinpath("schemas/config.schema.yaml").read_text()
-    else:
-        text = Path(path).read_text()
-    return yaml.safe_load(text)
+def _dereference(rules: dict) -> dict:
+    """``rules`` itself, or the definition its ``$ref`` ("#/definitions/<name>") points to."""
+    while "$ref" in rules:
+        rules = schema()["definitions"][rules["$ref"].rsplit("/", 1)[-1]]
+    return rules
 
 
-def _key_path(path) -> str:
-    out = ""
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    """The configuration schema shipped inside the package."""
+    return yaml.safe_load(resources.files("fedleak").joinpath("schemas/config.schema.yaml")
+                          .read_text())
+
+
+def _key_path(prefix: str, path) -> str:
+    out = prefix
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "<top level>"
 
 
-def _describe(error) -> str:
-    where = _key_path(error.absolute_path)
-    if error.validator == "additionalProperties":
-        allowed = sorted(error.schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed))
-        key = ".".join(p for p in (where if error.absolute_path else "", extra[0]) if p)
-        return f"unknown key '{key}' (expected one of {allowed})"
-    return f"'{where}': {error.message}"
+def _non_finite(value: Any, where: str) -> str | None:
+    """The key path of the first NaN or infinite number inside ``value``, if any."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = ((f"[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for key, sub in items:
+        found = _non_finite(sub, f"{where}{key}" if str(key).startswith("[")
+                            else (f"{where}.{key}" if where else str(key)))
+        if found:
+            return found
+    return None
 
 
-def validate(config: dict, schema_file: str | Path | None = None) -> dict:
-    """Return a validated copy of ``config`` with schema defaults filled in."""
-    config = copy.deepcopy(config or {})
-    rules = schema(None if schema_file is None else str(schema_file))
-    errors = sorted(DefaultFillingValidator(rules).iter_errors(config),
+def check(instance: Any, rules: dict, where: str = "", prefix: str = "invalid config") -> Any:
+    """Validate ``instance`` (in place, defaults filled) against ``rules``; raise ConfigError
+    "<prefix>: ..." naming the key path ``where`` + the offending key, the value and what
+    was expected."""
+    bad = _non_finite(instance, where)
+    if bad:
+        raise ConfigError(f"{prefix}: '{bad}': NaN or infinite numbers are not allowed")
+    resolver_schema = {**rules, "definitions": schema()["definitions"]}
+    errors = sorted(DefaultFillingValidator(resolver_schema).iter_errors(instance),
                     key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
-        raise ConfigError(f"invalid config: {_describe(errors[0])}")
-    for name, ablation in config["ablations"].items():
-        strengths = config["defenses"].get(name, {}).get("strengths", [])
-        if ablation["strength"] not in strengths:
-            raise ConfigError(f"invalid config: 'ablations.{name}.strength' "
-                              f"{ablation['strength']} is not in 'defenses.{name}.strengths' "
-                              f"{strengths} (the default-parameter row of the ablation)")
-    for name, count in config["attack"]["victims_by_attack"].items():
-        if name not in config["attacks"]:
-            raise ConfigError(f"invalid config: 'attack.victims_by_attack.{name}': not a "
+        error = errors[0]
+        key = _key_path(where, error.absolute_path)
+        if error.validator == "additionalProperties":
+            allowed = sorted(error.schema.get("properties", {}))
+            extra = sorted(set(error.instance) - set(allowed))
+            key = _key_path(where, [*error.absolute_path, extra[0]])
+            raise ConfigError(f"{prefix}: unknown key '{key}' (expected one of {allowed})")
+        raise ConfigError(f"{prefix}: '{key}': {error.message}")
+    return instance
+
+
+def definition(kind: str, name: str) -> dict:
+    """The schema of the parameters of the attack or defense ``name`` (kind "attacks" or
+    "defenses"); ConfigError listing the known names when there is none."""
+    known = schema()["definitions"][kind]
+    if name not in known:
+        raise ConfigError(f"unknown {kind[:-1]} {name!r}; expected one of {sorted(known)}")
+    return _dereference(known[name])
+
+
+def parameters(kind: str, name: str) -> list[str]:
+    """The parameter names of an attack or defense, in schema order."""
+    return list(definition(kind, name)["properties"])
+
+
+def knob(defense: str) -> str | None:
+    """The parameter that a defense's ``strengths`` sweep (None for ``none``)."""
+    return definition("defenses", defense)["knob"]
+
+
+def stronger(defense: str) -> str:
+    """"higher" when a larger knob value protects more, else "lower"."""
+    return definition("defenses", defense).get("stronger", "higher")
+
+
+def resolve(kind: str, name: str, params: Mapping[str, Any], where: str = "",
+            prefix: str = "invalid config") -> dict:
+    """``params`` of an attack or defense with its schema defaults filled in, validated.
+
+    A ``wraps_params`` mapping (EOT) is resolved against the wrapped attack's definition.
+    """
+    resolved = check(copy.deepcopy(dict(params)), definition(kind, name), where, prefix)
+    if "wraps_params" in resolved:
+        resolved["wraps_params"] = resolve(kind, resolved["wraps"], resolved["wraps_params"],
+                                           f"{where}.wraps_params" if where else "wraps_params",
+                                           prefix)
+    return resolved
+
+
+def registered_name(config: dict, kind: str, label: str) -> str:
+    """The registered attack or defense name of a configured label."""
+    entries = config[kind]
+    if label not in entries:
+        raise ConfigError(f"{kind[:-1]} {label!r} is not configured; expected one of "
+                          f"{sorted(entries)}")
+    return entries[label].get(kind[:-1], label)
+
+
+def _validate_defenses(config: dict) -> None:
+    known = schema()["definitions"]["defenses"]
+    config["defenses"].setdefault("none", {})  # the undefended run: PMM's reference
+    for label, entry in config["defenses"].items():
+        where = f"defenses.{label}"
+        name = entry.get("defense", label)
+        if name not in known:
+            if "defense" in entry:
+                raise ConfigError(f"invalid config: '{where}.defense': unknown defense {name!r} "
+                                  f"(expected one of {sorted(known)})")
+            raise ConfigError(f"invalid config: unknown key '{where}' (expected one of "
+                              f"{sorted(known)}, or any label with 'defense: <name>')")
+        key = knob(name)
+        entry.setdefault("params", {})
+        entry.setdefault("strengths", [0] if key is None else None)
+        if entry["strengths"] is None:
+            raise ConfigError(f"invalid config: '{where}': 'strengths' is a required property "
+                              f"(values of its knob '{key}')")
+        if key is None and any(s != 0 for s in entry["strengths"]):
+            raise ConfigError(f"invalid config: '{where}.strengths': {name!r} has no strength "
+                              f"knob; expected [0], got {entry['strengths']}")
+        if key is not None:
+            rules = definition("defenses", name)["properties"][key]
+            for i, strength in enumerate(entry["strengths"]):
+                check(strength, rules, f"{where}.strengths[{i}]")
+            if key in entry["params"]:
+                raise ConfigError(f"invalid config: '{where}.params.{key}': the strength knob "
+                                  f"is swept by '{where}.strengths', not set in params")
+        entry["params"] = resolve("defenses", name, entry["params"], f"{where}.params")
+        if key is not None:
+            del entry["params"][key]
+
+
+def _validate_attacks(config: dict) -> None:
+    known = schema()["definitions"]["attacks"]
+    for label, entry in list(config["attacks"].items()):
+        where = f"attacks.{label}"
+        params = dict(entry)
+        name = params.pop("attack", label)
+        if name not in known:
+            if "attack" in entry:
+                raise ConfigError(f"invalid config: '{where}.attack': unknown attack {name!r} "
+                                  f"(expected one of {sorted(known)})")
+            raise ConfigError(f"invalid config: unknown key '{where}' (expected one of "
+                              f"{sorted(known)}, or any label with 'attack: <name>')")
+        resolved = resolve("attacks", name, params, where)
+        config["attacks"][label] = {**({"attack": name} if "attack" in entry else {}), **resolved}
+
+
+def _validate_ablations(config: dict) -> None:
+    for label, ablation in config["ablations"].items():
+        where = f"ablations.{label}"
+        if label not in config["defenses"]:
+            raise ConfigError(f"invalid config: '{where}': not a configured defense "
+                              f"(expected one of {sorted(config['defenses'])})")
+        entry = config["defenses"][label]
+        name = entry.get("defense", label)
+        if ablation["strength"] not in entry["strengths"]:
+            raise ConfigError(f"invalid config: '{where}.strength' {ablation['strength']} is not "
+                              f"in 'defenses.{label}.strengths' {entry['strengths']} (the "
+                              f"default-parameter row of the ablation)")
+        properties = definition("defenses", name)["properties"]
+        for param, values in ablation["sweep"].items():
+            if param not in entry["params"]:
+                raise ConfigError(f"invalid config: unknown key '{where}.sweep.{param}' (expected "
+                                  f"one of {sorted(entry['params'])})")
+            for i, value in enumerate(values):
+                check(value, properties[param], f"{where}.sweep.{param}[{i}]")
+
+
+def validate(config: dict | None) -> dict:
+    """A validated copy of ``config`` with every schema default filled in."""
+    config = check(copy.deepcopy(config or {}), schema())
+    _validate_defenses(config)
+    _validate_attacks(config)
+    _validate_ablations(config)
+    attack = config["attack"]
+    for label, count in attack["victims_by_attack"].items():
+        if label not in config["attacks"]:
+            raise ConfigError(f"invalid config: 'attack.victims_by_attack.{label}': not a "
                               f"configured attack (expected one of {sorted(config['attacks'])})")
-        if count > config["attack"]["victims"]:
-            raise ConfigError(f"invalid config: 'attack.victims_by_attack.{name}' {count} is "
-                              f"more than 'attack.victims' {config['attack']['victims']}")
-    missing = sorted(set(config["attack"]["seeds"]) - set(config["fl"]["seeds"]))
+        if count > attack["victims"]:
+            raise ConfigError(f"invalid config: 'attack.victims_by_attack.{label}' {count} is "
+                              f"more than 'attack.victims' {attack['victims']}")
+    missing = sorted(set(attack["seeds"]) - set(config["fl"]["seeds"]))
     if missing:
         raise ConfigError(f"invalid config: 'attack.seeds' {missing} are not in 'fl.seeds' "
                           f"{config['fl']['seeds']} (attacks observe the FL run of their seed)")
     return config
 
 
-def load(path: str | Path) -> dict:
+def read(path: str | Path) -> dict:
+    """The YAML or JSON mapping in ``path``, unvalidated; ConfigError naming the file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file not found: {path}")
     text = path.read_text()
-    # JSON is parsed as JSON: PyYAML would read numbers such as 1e-05 as strings.
-    return validate((json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)) or {})
+    try:
+        # JSON is parsed as JSON: PyYAML would read numbers such as 1e-05 as strings.
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as err:
+        reason = " ".join(str(err).split())
+        raise ConfigError(f"invalid config: {path} is not valid YAML/JSON ({reason})") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"invalid config: {path} must hold a mapping of keys, "
+                          f"got {type(data).__name__}")
+    return data or {}
 
 
-def fmt_strength(value: float) -> str:
-    """The canonical text of a strength in paths and tables (``0.01``, ``1e-05``, ``4``)."""
-    return format(float(value), "g")
+def load(path: str | Path) -> dict:
+    """The validated configuration in ``path``, defaults filled."""
+    return validate(read(path))
 
 
-def case_name(case: dict) -> str:
-    part = case["partition"]
-    partition = "iid" if part["kind"] == "iid" else f"dirichlet{fmt_strength(part['alpha'])}"
-    return f"{case['dataset']}-{case['model']}-{partition}-k{part['clients']}"
+def get_path(config: Mapping, dotted: str) -> Any:
+    """``config["a"]["b"]`` for ``"a.b"``; KeyError naming the path when it is absent."""
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            raise KeyError(f"configuration path {dotted!r} does not exist")
+        node = node[part]
+    return node
 
 
-def find_case(config: dict, name: str) -> dict:
-    for case in config["cases"]:
-        if case_name(case) == name:
-            return case
-    raise ConfigError(f"unknown case {name!r}; expected one of "
-                      f"{[case_name(c) for c in config['cases']]}")
-
-
-def defense_settings(config: dict) -> Iterator[tuple[str, str]]:
-    """(defense, strength text) for every configured setting, ``none`` included."""
-    defenses = {"none": {"strengths": [0]}, **config["defenses"]}
-    for name in sorted(defenses):
-        for strength in defenses[name]["strengths"]:
-            yield name, fmt_strength(strength)
-
-
-def ablation_label(defense: str, param: str, value: float) -> str:
-    """The defense-setting name of one ablation point, e.g. ``refiner.beta0.5``."""
-    return f"{defense}.{param}{fmt_strength(value)}"
-
-
-def split_label(label: str) -> tuple[str, dict[str, float]]:
-    """``refiner.beta0.5`` -> ("refiner", {"beta": 0.5}); a plain name -> (name, {})."""
-    name, _, variant = label.partition(".")
-    if not variant:
-        return name, {}
-    match = re.fullmatch(r"([a-z_]+)(\d[0-9.e+-]*)", variant)
-    if match is None:
-        raise ConfigError(f"bad ablation setting {label!r}; expected '<defense>.<param><value>'")
-    return name, {match[1]: float(match[2])}
-
-
-def ablation_settings(config: dict) -> Iterator[tuple[str, str]]:
-    """(ablation label, strength text) for every point of every configured ablation sweep."""
-    for name in sorted(config["ablations"]):
-        ablation = config["ablations"][name]
-        for param in sorted(ablation["sweep"]):
-            for value in ablation["sweep"][param]:
-                yield ablation_label(name, param, value), fmt_strength(ablation["strength"])
-
-
-def defense_params(config: dict, label: str) -> dict[str, Any]:
-    """The configured params of a defense setting, with an ablation label's override applied."""
-    name, override = split_label(label)
-    params = dict(config["defenses"].get(name, {}).get("params", {}))
-    for key, value in override.items():
-        params[key] = int(value) if key == "iterations" else value
-    return params
-
-
-def attack_params(config: dict, name: str) -> dict[str, Any]:
-    if name not in config["attacks"]:
-        raise ConfigError(f"attack {name!r} is not configured; expected one of "
-                          f"{sorted(config['attacks'])}")
-    return dict(config["attacks"][name])
+def set_path(config: dict, dotted: str, value: Any) -> None:
+    """Set ``config["a"]["b"] = value`` for ``"a.b"``, creating mappings on the way."""
+    *parents, last = dotted.split(".")
+    node = config
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = copy.deepcopy(value)

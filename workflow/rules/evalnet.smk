@@ -1,18 +1,22 @@
 rule train_evalnet:
     input:
         code("data", "models"),
-        public=lambda w: f"results/data/{config['evalnet']['dataset']}/manifest.json",
-        target="results/data/{dataset}/manifest.json",
+        public=paths.data_manifest(RESULTS, config["evalnet"]["dataset"]),
+        target=paths.data_manifest(RESULTS, "{dataset}"),
     output:
-        model="results/evalnet/{dataset}.pt",
-        meta="results/evalnet/{dataset}.json",
-    benchmark:
-        "results/benchmarks/train_evalnet/{dataset}.tsv"
+        model=paths.evalnet_file(RESULTS, "{dataset}"),
+        meta=paths.evalnet_file(RESULTS, "{dataset}").with_suffix(".json"),
     params:
         spec=config["evalnet"],
+        config=CONFIG_JSON,
+    log:
+        paths.log(RESULTS, "train_evalnet", "{dataset}"),
+    benchmark:
+        paths.benchmark(RESULTS, "train_evalnet", "{dataset}")
+    conda:
+        "../envs/fedleak.yaml"
     resources:
         mem_mb=4000,
     shell:
-        "fedleak train-evalnet --config {CONFIG_JSON} --dataset {wildcards.dataset}"
-        " --public-data results/data/{config[evalnet][dataset]}"
-        " --target-data results/data/{wildcards.dataset} --out {output.model}"
+        "fedleak train-evalnet --config {params.config} --dataset {wildcards.dataset}"
+        " 2>&1 | tee {log}"

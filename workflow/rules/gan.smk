@@ -1,40 +1,54 @@
 rule train_gan:
     input:
         code("data", "models"),
-        data="results/data/{dataset}/manifest.json",
+        data=paths.data_manifest(RESULTS, "{dataset}"),
     output:
-        model="results/gan/{dataset}.pt",
-        samples="results/gan/{dataset}.png",
-        log="results/gan/{dataset}.json",
-    benchmark:
-        "results/benchmarks/train_gan/{dataset}.tsv"
+        model=paths.gan_file(RESULTS, "{dataset}"),
+        samples=report(
+            paths.gan_file(RESULTS, "{dataset}").with_suffix(".png"),
+            caption="../report/gan.rst",
+            category="Priors",
+        ),
+        log=paths.gan_file(RESULTS, "{dataset}").with_suffix(".json"),
     params:
         spec=config["gan"],
+        config=CONFIG_JSON,
+    log:
+        paths.log(RESULTS, "train_gan", "{dataset}"),
+    benchmark:
+        paths.benchmark(RESULTS, "train_gan", "{dataset}")
+    conda:
+        "../envs/fedleak.yaml"
     resources:
         mem_mb=4000,
     shell:
-        "fedleak train-gan --config {CONFIG_JSON} --data results/data/{wildcards.dataset}"
-        " --out {output.model}"
+        "fedleak train-gan --config {params.config} 2>&1 | tee {log}"
 
 
 rule train_giml:
     # GIML: a generator meta-learned from client gradients of the undefended FL run.
     input:
-        code("data", "models", "fl", "attacks"),
-        data=lambda w: f"results/data/{case_dataset(w)}/manifest.json",
-        checkpoint=f"results/fl/{{case}}/none/0/seed{config['attack']['seeds'][0]}/round{config['attack']['round']}.pt",
+        code("data", "models", "fl", "defenses", "attacks"),
+        data=case_data,
+        checkpoint=giml_checkpoint,
     output:
-        model="results/giml/{case}.pt",
-        samples="results/giml/{case}.png",
-        log="results/giml/{case}.json",
-    benchmark:
-        "results/benchmarks/train_giml/{case}.tsv"
+        model=paths.giml_file(RESULTS, "{case}"),
+        samples=report(
+            paths.giml_file(RESULTS, "{case}").with_suffix(".png"),
+            caption="../report/giml.rst",
+            category="Priors",
+        ),
+        log=paths.giml_file(RESULTS, "{case}").with_suffix(".json"),
     params:
         spec=config["giml"],
-        data=lambda w: f"results/data/{case_dataset(w)}",
-        fl_dir=lambda w, input: str(Path(input.checkpoint).parent),
+        config=CONFIG_JSON,
+    log:
+        paths.log(RESULTS, "train_giml", "{case}"),
+    benchmark:
+        paths.benchmark(RESULTS, "train_giml", "{case}")
+    conda:
+        "../envs/fedleak.yaml"
     resources:
         mem_mb=4000,
     shell:
-        "fedleak train-giml --config {CONFIG_JSON} --case {wildcards.case} --data {params.data}"
-        " --fl-dir {params.fl_dir} --out {output.model}"
+        "fedleak train-giml --config {params.config} --case {wildcards.case} 2>&1 | tee {log}"

@@ -1,7 +1,7 @@
 """Gradient-inversion attacks behind one interface: ``attack(obs, stopper=None) -> Reconstruction``.
 
-``build(name, **params)`` returns an attack with its paper's defaults;
-``available()`` lists the registered names.
+``build(name, **params)`` returns an attack with its paper's defaults (from the
+configuration schema); ``available()`` lists the registered names.
 """
 
 from fedleak.attacks import (  # noqa: F401  (registration)
@@ -15,9 +15,10 @@ from fedleak.attacks import (  # noqa: F401  (registration)
     idlg,
     inverting_gradients,
 )
-from fedleak.attacks.base import Observation, Reconstruction, available, build, reconstruct_all
-from fedleak.attacks.early_stopping import Stopper, build_stopper
+from fedleak.attacks.base import Reconstruction, available, build, needs, reconstruct_all
+from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import batch_labels, idlg_label, infer_labels
+from fedleak.types import Observation
 
-__all__ = ["Observation", "Reconstruction", "Stopper", "available", "build", "build_stopper",
-           "batch_labels", "idlg_label", "infer_labels", "reconstruct_all"]
+__all__ = ["Observation", "Reconstruction", "Stopper", "available", "build", "batch_labels",
+           "idlg_label", "infer_labels", "needs", "reconstruct_all"]

@@ -1,4 +1,8 @@
-"""Observation, Reconstruction and the attack registry (DESIGN §3)."""
+"""Reconstruction, the attack registry and the per-victim driver (DESIGN §3).
+
+An attack is ``attack(obs, stopper=None) -> Reconstruction``; ``build`` fills its
+parameters from the schema's defaults (the papers').
+"""
 
 from __future__ import annotations
 
@@ -7,64 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 
 from fedleak.attacks.early_stopping import Stopper
+from fedleak.types import Observation
 from fedleak.utils.registry import Registry
-
-
-@dataclass
-class Observation:
-    """What the attacker sees: the model at that round and the (defended) update."""
-
-    model: nn.Module
-    gradient: dict[str, torch.Tensor]
-    batch_size: int
-    labels: torch.Tensor | None = None
-    input_shape: tuple[int, int, int] | None = None
-    # BN_exact (GradInversion): the client's batch (mean, var) per BatchNorm layer, model order
-    bn_statistics: list[tuple[torch.Tensor, torch.Tensor]] | None = None
-
-    def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        names = {n for n, _ in self.model.named_parameters()}
-        if set(self.gradient) != names:
-            raise ValueError(f"gradient keys {sorted(self.gradient)} do not match the model's "
-                             f"parameters {sorted(names)}")
-        if self.input_shape is None:
-            self.input_shape = tuple(getattr(self.model, "input_shape", ()))
-            if len(self.input_shape) != 3:
-                raise ValueError("input_shape is needed: the model has no input_shape attribute")
-        if self.labels is not None and self.labels.shape != (self.batch_size,):
-            raise ValueError(f"labels must have shape ({self.batch_size},), "
-                             f"got {tuple(self.labels.shape)}")
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
-    def randn(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-        """N(0, 1) drawn on the CPU generator (device-independent), moved to the model's device."""
-        return torch.randn(shape, generator=generator).to(self.device)
-
-    @property
-    def num_classes(self) -> int:
-        return last_linear_weight(self)[1].shape[0]
-
-    def parameters(self) -> list[torch.Tensor]:
-        return [p for _, p in self.model.named_parameters()]
-
-    def target_gradient(self) -> list[torch.Tensor]:
-        return [self.gradient[n].detach() for n, _ in self.model.named_parameters()]
-
-
-def last_linear_weight(obs: Observation) -> tuple[str, torch.Tensor]:
-    """Name and observed gradient of the last 2-D weight (the classifier layer)."""
-    names = [n for n, p in obs.model.named_parameters() if p.ndim == 2]
-    if not names:
-        raise ValueError("the model has no Linear layer to read labels from")
-    return names[-1], obs.gradient[names[-1]]
 
 
 @dataclass
@@ -80,15 +30,16 @@ class Reconstruction:
 
 
 Attack = Callable[..., Reconstruction]
-_REGISTRY = Registry("attack")
+_REGISTRY = Registry("attacks")
 register = _REGISTRY.register
 available = _REGISTRY.available
-registered = _REGISTRY.get  # the attack class of a name (e.g. to inspect its parameters)
+needs = _REGISTRY.needs
+registered = _REGISTRY.get  # the attack class of a name
 
 
 def build(name: str, **params) -> Attack:
-    """An attack by registered name; ``params`` override its paper defaults."""
-    return _REGISTRY.get(name)(**params)
+    """An attack by registered name; ``params`` override its schema defaults (the papers')."""
+    return _REGISTRY.build(name, **params)
 
 
 def reconstruct_all(attack: Attack, observations: list[Observation]) -> list[Reconstruction]:
@@ -125,6 +76,7 @@ def _for_victim(attack: Attack, victim: int) -> Attack:
 
 
 def stopper_from(spec: dict | Stopper | None) -> Stopper | None:
+    """A Stopper from its configuration mapping (None: run every iteration)."""
     if spec is None or isinstance(spec, Stopper):
         return spec
     return Stopper(**spec)

@@ -15,29 +15,29 @@ from __future__ import annotations
 
 import torch
 
-from fedleak.attacks.base import Observation, Reconstruction, register, stopper_from
+from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.optimization import best_of_restarts, l2_distance, optimize
-from fedleak.fl.client import gradient
+from fedleak.types import Observation, Update
 
 
 @register("dlg")
 class DLG:
-    def __init__(self, iterations: int = 300, lr: float = 1.0, restarts: int = 1, seed: int = 0,
-                 stopper: dict | None = None) -> None:
+    def __init__(self, *, iterations: int, lr: float, restarts: int, stopper: dict | None,
+                 seed: int = 0) -> None:
         self.iterations, self.lr, self.restarts, self.seed = iterations, lr, restarts, seed
         self.stopper = stopper_from(stopper)
 
     def __call__(self, obs: Observation, stopper: Stopper | None = None) -> Reconstruction:
-        gen = torch.Generator().manual_seed(self.seed)
+        rng = torch.Generator().manual_seed(self.seed)
         target = obs.target_gradient()
 
         def run_once(_: int):
-            x = obs.randn((obs.batch_size, *obs.input_shape), gen).requires_grad_(True)
-            y = obs.randn((obs.batch_size, obs.num_classes), gen).requires_grad_(True)
+            x = obs.randn((obs.batch_size, *obs.input_shape), rng).requires_grad_(True)
+            y = obs.randn((obs.batch_size, obs.num_classes), rng).requires_grad_(True)
 
             def objective() -> torch.Tensor:
-                trial = gradient(obs.model, x, torch.softmax(y, dim=-1), create_graph=True)
+                trial = Update.of(obs.model, x, torch.softmax(y, dim=-1), create_graph=True)
                 return l2_distance(list(trial.values()), target)
 
             return optimize([x, y], objective, optimizer="lbfgs", lr=self.lr,

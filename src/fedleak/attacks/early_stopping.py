@@ -17,9 +17,9 @@ KINDS = ("threshold", "plateau", "hybrid")
 
 @dataclass
 class Stopper:
-    kind: str = "hybrid"
-    threshold: float = 1e-5
-    patience: int = 15
+    kind: str
+    threshold: float
+    patience: int
     best: float = field(default=math.inf, init=False)
     wait: int = field(default=0, init=False)
 
@@ -45,8 +45,3 @@ class Stopper:
         if self.kind in ("plateau", "hybrid") and self.wait >= self.patience:
             return "plateau"
         return None
-
-
-def build_stopper(spec: dict | None) -> Stopper | None:
-    """A stopper from a config mapping such as ``{"kind": "hybrid", "patience": 15}``."""
-    return None if not spec else Stopper(**spec)

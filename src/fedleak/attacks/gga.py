@@ -26,7 +26,6 @@ global RNG; its loss trace is the best loss found so far after each round.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Sequence
 
@@ -34,24 +33,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedleak.attacks.base import (
-    Observation,
-    Reconstruction,
-    last_linear_weight,
-    register,
-    stopper_from,
-)
+from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import infer_labels
 from fedleak.attacks.optimization import Trajectory, best_of_restarts
-from fedleak.attacks.prior import to_model_input
-from fedleak.fl.client import Update, gradient
+from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
+from fedleak.types import Need, Observation, Update
 
 # A gradient transformation T: (trial gradient, trial images in [0, 1]) -> transformed gradient.
 Transform = Callable[[Update, torch.Tensor], Update]
 
 TRANSFORMS = ("none", "pruning", "clipping", "soteria")
-OPTIMIZERS = ("cmaes", "adam")
 RAMPUP, RAMPDOWN = 0.05, 0.25
 
 
@@ -127,50 +119,21 @@ def adaptive_transform(name: str, obs: Observation) -> Transform:
         return lambda trial, _: {k: v * (bound / (v.norm() + 1e-12)).clamp(max=1.0)
                                  for k, v in trial.items()}
     if name == "soteria":
-        key, weight_grad = last_linear_weight(obs)
+        key, weight_grad = obs.classifier_gradient()
         columns = (weight_grad != 0).any(dim=0).to(weight_grad.dtype)
         return lambda trial, _: {k: v * columns if k == key else v for k, v in trial.items()}
     raise ValueError(f"transform must be one of {TRANSFORMS}, got {name!r}")
-
-
-def frozen_copy(generator: nn.Module) -> nn.Module:
-    """A copy of ``generator`` in eval mode with its weights frozen (the caller's is untouched)."""
-    if not isinstance(generator, nn.Module):
-        raise ValueError(f"generator must be a torch.nn.Module, got {type(generator).__name__}")
-    out = copy.deepcopy(generator).eval()
-    out.requires_grad_(False)
-    return out
-
-
-def latent_dim(generator: nn.Module) -> int:
-    if not isinstance(getattr(generator, "latent_dim", None), int):
-        raise ValueError(f"the generator needs an integer latent_dim attribute; "
-                         f"{type(generator).__name__} has none")
-    return generator.latent_dim
 
 
 @register("gga")
 class GenerativeGradientLeakage:
     """GGL's latent search (CENSOR Eq. 6) with CMA-ES or Adam; see the module docstring."""
 
-    def __init__(self, generator: nn.Module, optimizer: str = "cmaes", iterations: int = 500,
-                 lr: float = 0.1, kl: float = 0.1, population: int = 50, sigma: float = 1.0,
-                 transform: str = "none", restarts: int = 1, seed: int = 0,
-                 stopper: dict | None = None) -> None:
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-        if transform not in TRANSFORMS:
-            raise ValueError(f"transform must be one of {TRANSFORMS}, got {transform!r}")
-        if iterations < 1:
-            raise ValueError(f"iterations must be >= 1, got {iterations}")
-        if kl < 0:
-            raise ValueError(f"kl must be >= 0, got {kl}")
-        if population < 2:
-            raise ValueError(f"population must be >= 2, got {population}")
-        if sigma <= 0:
-            raise ValueError(f"sigma must be > 0, got {sigma}")
-        if restarts < 1:
-            raise ValueError(f"restarts must be >= 1, got {restarts}")
+    needs = {"generator": Need("gan")}
+
+    def __init__(self, *, generator: nn.Module, optimizer: str, iterations: int, lr: float,
+                 kl: float, population: int, sigma: float, transform: str, restarts: int,
+                 stopper: dict | None, seed: int = 0) -> None:
         self.generator = frozen_copy(generator)
         self.latent_dim = latent_dim(self.generator)
         self.optimizer, self.iterations, self.lr, self.kl = optimizer, iterations, lr, kl
@@ -192,17 +155,17 @@ class GenerativeGradientLeakage:
         stopper = stopper or self.stopper
 
         def loss_of(z: torch.Tensor, images: torch.Tensor, create_graph: bool) -> torch.Tensor:
-            trial = transform(gradient(obs.model, images, labels, create_graph=create_graph),
+            trial = transform(Update.of(obs.model, images, labels, create_graph=create_graph),
                               images)
             distance = ggl_distance([trial[n] for n in names], target)
             return distance + self.kl * kl_to_standard_normal(z)
 
         shape = (obs.batch_size, self.latent_dim)
         if self.optimizer == "adam":
-            gen = torch.Generator().manual_seed(self.seed)
+            rng = torch.Generator().manual_seed(self.seed)
 
             def run_once(_: int) -> Trajectory:
-                z = obs.randn(shape, gen).requires_grad_(True)
+                z = obs.randn(shape, rng).requires_grad_(True)
                 return adam_ramped([z], lambda: loss_of(z, self._images(z, obs), True),
                                    lr=self.lr, iterations=self.iterations, stopper=stopper)
         else:

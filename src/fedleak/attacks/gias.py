@@ -49,7 +49,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from fedleak.attacks.base import Observation, Reconstruction, register, stopper_from
+from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.bn_statistics import (
     BNRecorder,
     Statistics,
@@ -67,8 +67,8 @@ from fedleak.attacks.optimization import (
     optimize,
     total_variation,
 )
-from fedleak.attacks.prior import to_model_input
-from fedleak.fl.client import gradient
+from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
+from fedleak.types import Need, Observation, Update
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
 SPACES = ("x", "z", "w", "z/w")
@@ -118,7 +118,7 @@ def inversion_cost(obs: Observation, labels: torch.Tensor, *, distance: str = "c
     measure = DISTANCES[distance]
 
     def trial_gradient(images: torch.Tensor) -> list[torch.Tensor]:
-        trial = list(gradient(obs.model, images, labels, create_graph=True).values())
+        trial = list(Update.of(obs.model, images, labels, create_graph=True).values())
         return trial if masks is None else [g * m for g, m in zip(trial, masks)]
 
     def cost(images: torch.Tensor) -> torch.Tensor:
@@ -131,11 +131,6 @@ def inversion_cost(obs: Observation, labels: torch.Tensor, *, distance: str = "c
         return measure(trial, target) + tv * total_variation(images) + penalty
 
     return cost
-
-
-def frozen_copy(generator: nn.Module, device: torch.device) -> nn.Module:
-    """An eval-mode copy of ``generator`` on ``device`` without parameter gradients."""
-    return copy.deepcopy(generator).to(device).eval().requires_grad_(False)
 
 
 def latent_search(generator: nn.Module, z: torch.Tensor, cost: Cost,
@@ -184,28 +179,17 @@ class GIAS:
     the generator variants, the latent code z (the GI-z result is G(z)).
     """
 
-    def __init__(self, generator: nn.Module | None = None, variant: str = "z/w",
-                 latent_iterations: int = 1500, parameter_iterations: int = 5000,
-                 image_iterations: int = 24000, lr_z: float = 3e-2, lr_w: float = 1e-3,
-                 lr_x: float = 0.1, tv: float = 1e-4, bn: float = 1e-4, restarts: int = 4,
-                 signed: bool = True, sparsity: float = 0.0, distance: str = "cosine",
-                 seed: int = 0, stopper: dict | None = None) -> None:
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+    needs = {"generator": Need("gan", when={"variant": tuple(v for v in VARIANTS
+                                                         if not v.startswith("x"))})}
+
+    def __init__(self, *, variant: str, latent_iterations: int, parameter_iterations: int,
+                 image_iterations: int, lr_z: float, lr_w: float, lr_x: float, tv: float,
+                 bn: float, restarts: int, signed: bool, sparsity: float, distance: str,
+                 stopper: dict | None, generator: nn.Module | None = None,
+                 seed: int = 0) -> None:
         self.space, self.use_bn = variant.removesuffix("+BN"), variant.endswith("+BN")
-        if self.space != "x" and generator is None:
-            raise ValueError(f"variant {variant!r} needs a generator (nn.Module), got None")
-        if self.space != "x" and not isinstance(getattr(generator, "latent_dim", None), int):
-            raise ValueError(f"the generator needs an integer latent_dim attribute; "
-                             f"{type(generator).__name__} has none")
-        if restarts < 1:
-            raise ValueError(f"restarts must be >= 1, got {restarts}")
-        if tv < 0 or bn < 0:
-            raise ValueError(f"tv and bn must be >= 0, got tv={tv}, bn={bn}")
-        if distance not in DISTANCES:
-            raise ValueError(f"distance must be one of {sorted(DISTANCES)}, got {distance!r}")
-        if not 0 <= sparsity < 1:
-            raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
+        if self.space != "x":
+            latent_dim(generator)
         self.generator, self.variant = generator, variant
         self.latent_iterations, self.parameter_iterations = latent_iterations, parameter_iterations
         self.image_iterations, self.restarts = image_iterations, restarts
@@ -219,15 +203,15 @@ class GIAS:
         labels = infer_labels(obs)
         cost = inversion_cost(obs, labels, distance=self.distance, tv=self.tv,
                               bn=self.bn if self.use_bn else 0.0, sparsity=self.sparsity)
-        gen = torch.Generator().manual_seed(self.seed)
+        rng = torch.Generator().manual_seed(self.seed)
         with preserved_buffers(obs.model):  # train-mode BatchNorm would update running stats
             if self.space == "x":
                 best, index, _ = best_of_restarts(
-                    lambda _: self._image_search(obs, cost, gen, stopper), self.restarts)
+                    lambda _: self._image_search(obs, cost, rng, stopper), self.restarts)
                 images, trace, stages = best.variables[0].detach(), best.loss_trace, {"x": best}
                 extra = {}
             else:
-                images, trace, stages, index, z = self._generator_search(obs, cost, gen, stopper)
+                images, trace, stages, index, z = self._generator_search(obs, cost, rng, stopper)
                 extra = {"latent": z.cpu()}
         best = stages[self.space[-1]]
         extra.update(variant=self.variant,
@@ -237,14 +221,14 @@ class GIAS:
                               time.perf_counter() - start, best.stop_reason, restart=index,
                               extra=extra)
 
-    def _image_search(self, obs: Observation, cost: Cost, gen: torch.Generator,
+    def _image_search(self, obs: Observation, cost: Cost, rng: torch.Generator,
                       stopper: Stopper | None) -> Trajectory:
-        x = obs.randn((obs.batch_size, *obs.input_shape), gen).requires_grad_(True)
+        x = obs.randn((obs.batch_size, *obs.input_shape), rng).requires_grad_(True)
         return optimize([x], lambda: cost(x), optimizer="adam", lr=self.lr_x,
                         iterations=self.image_iterations, signed=self.signed,
                         milestones=MILESTONES, project=clamp_unit, stopper=stopper)
 
-    def _generator_search(self, obs: Observation, cost: Cost, gen: torch.Generator,
+    def _generator_search(self, obs: Observation, cost: Cost, rng: torch.Generator,
                           stopper: Stopper | None):
         """GI-z, GI-w or GI-z/w: images, loss trace, stage trajectories, restart, latent code."""
         frozen = frozen_copy(self.generator, obs.device)
@@ -254,7 +238,7 @@ class GIAS:
             runs: list[tuple[torch.Tensor, list[nn.Module]]] = []
 
             def run_once(_: int) -> Trajectory:
-                z = obs.randn(latent_shape, gen)
+                z = obs.randn(latent_shape, rng)
                 copies = trainable_copies(frozen, obs.batch_size)
                 runs.append((z, copies))
                 return parameter_search(copies, lambda: cost(generate(copies, z, obs.input_shape)),
@@ -265,7 +249,7 @@ class GIAS:
             z, copies = runs[index]
         else:
             stages["z"], index, _ = best_of_restarts(
-                lambda _: latent_search(frozen, obs.randn(latent_shape, gen), cost,
+                lambda _: latent_search(frozen, obs.randn(latent_shape, rng), cost,
                                         obs.input_shape, lr=self.lr_z,
                                         iterations=self.latent_iterations, stopper=stopper),
                 self.restarts)

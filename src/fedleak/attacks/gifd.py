@@ -33,22 +33,13 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from fedleak.attacks.base import Observation, Reconstruction, register, stopper_from
+from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
-from fedleak.attacks.gga import (
-    TRANSFORMS,
-    Transform,
-    adam_ramped,
-    adaptive_transform,
-    frozen_copy,
-    latent_dim,
-)
+from fedleak.attacks.gga import Transform, adam_ramped, adaptive_transform
 from fedleak.attacks.label_inference import infer_labels
 from fedleak.attacks.optimization import Trajectory, cosine_distance, total_variation
-from fedleak.attacks.prior import to_model_input
-from fedleak.fl.client import gradient
-
-RADII = (0.1, 0.125, 0.15)
+from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
+from fedleak.types import Need, Observation, Update
 
 
 def project_l1_ball(v: torch.Tensor, radius: float | torch.Tensor) -> torch.Tensor:
@@ -84,10 +75,11 @@ def conv_blocks(generator: nn.Module) -> list[nn.Sequential]:
 class GIFD:
     """Latent, then intermediate-feature search of a generator; see the module docstring."""
 
-    def __init__(self, generator: nn.Module, steps: Sequence[int] = (1000, 1000, 1000, 1000),
-                 lr: float = 0.1, radii: Sequence[float] = RADII, tv: float = 1e-4,
-                 image_norm: float = 1e-6, transform: str = "none", restarts: int = 4,
-                 seed: int = 0, stopper: dict | None = None) -> None:
+    needs = {"generator": Need("gan")}
+
+    def __init__(self, *, generator: nn.Module, steps: Sequence[int], lr: float,
+                 radii: Sequence[float], tv: float, image_norm: float, transform: str,
+                 restarts: int, stopper: dict | None, seed: int = 0) -> None:
         self.generator = frozen_copy(generator)
         self.latent_dim = latent_dim(self.generator)
         self.blocks = conv_blocks(self.generator)
@@ -98,12 +90,6 @@ class GIFD:
         if len(radii) < len(steps) - 1 or any(r <= 0 for r in radii):
             raise ValueError(f"radii must give a positive radius for each of the "
                              f"{len(steps) - 1} feature stages, got {list(radii)}")
-        if transform not in TRANSFORMS:
-            raise ValueError(f"transform must be one of {TRANSFORMS}, got {transform!r}")
-        if tv < 0 or image_norm < 0:
-            raise ValueError(f"tv and image_norm must be >= 0, got {tv} and {image_norm}")
-        if restarts < 1:
-            raise ValueError(f"restarts must be >= 1, got {restarts}")
         self.steps, self.lr, self.radii = steps, lr, [float(r) for r in radii]
         self.tv, self.image_norm, self.transform = tv, image_norm, transform
         self.restarts, self.seed = restarts, seed
@@ -119,10 +105,10 @@ class GIFD:
         transform = trial_transform or adaptive_transform(self.transform, obs)
         self.generator.to(obs.device)
         stopper = stopper or self.stopper
-        gen = torch.Generator().manual_seed(self.seed)
+        rng = torch.Generator().manual_seed(self.seed)
 
         def gradient_loss(images: torch.Tensor, create_graph: bool = True) -> torch.Tensor:
-            trial = transform(gradient(obs.model, images, labels, create_graph=create_graph),
+            trial = transform(Update.of(obs.model, images, labels, create_graph=create_graph),
                               images)
             return cosine_distance([trial[n] for n in names], target)
 
@@ -147,7 +133,7 @@ class GIFD:
 
         best = None
         for restart in range(self.restarts):
-            z = obs.randn((obs.batch_size, self.latent_dim), gen).requires_grad_(True)
+            z = obs.randn((obs.batch_size, self.latent_dim), rng).requires_grad_(True)
             runs = [stage(z, self.generator, self.steps[0], None)]
             feature = self.blocks[0](z.detach().view(-1, self.latent_dim, 1, 1))
             for k, iterations in enumerate(self.steps[1:], start=1):

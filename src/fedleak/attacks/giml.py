@@ -40,40 +40,40 @@ from contextlib import ExitStack
 import torch
 from torch import nn
 
-from fedleak.attacks.base import Observation, register
+from fedleak.attacks.base import register
 from fedleak.attacks.bn_statistics import preserved_buffers
 from fedleak.attacks.gias import (
     GIAS,
     Cost,
-    frozen_copy,
     inversion_cost,
     latent_search,
     parameter_search,
     trainable_copies,
 )
 from fedleak.attacks.label_inference import infer_labels
-from fedleak.attacks.prior import to_model_input
+from fedleak.attacks.prior import frozen_copy, to_model_input
+from fedleak.types import Need, Observation
 
 Callback = Callable[[int, nn.Module, dict], None]
 META_OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
 
-def _task_order(count: int, steps: int, per_step: int, gen: torch.Generator) -> list[list[int]]:
+def _task_order(count: int, steps: int, per_step: int, rng: torch.Generator) -> list[list[int]]:
     """``steps`` groups of ``per_step`` task indices from consecutive seeded permutations."""
     flat: list[int] = []
     while len(flat) < steps * per_step:
-        flat.extend(torch.randperm(count, generator=gen).tolist())
+        flat.extend(torch.randperm(count, generator=rng).tolist())
     return [flat[t * per_step:(t + 1) * per_step] for t in range(steps)]
 
 
 def adapt(meta: nn.Module, tasks: Sequence[Observation], costs: Sequence[Cost], *,
           latent_iterations: int, parameter_iterations: int, lr_z: float, lr_w: float,
-          z_norm: float, gen: torch.Generator) -> tuple[nn.Module, dict]:
+          z_norm: float, rng: torch.Generator) -> tuple[nn.Module, dict]:
     """Alg. 2 lines 4-10: regularised latent searches per task, then one integrated w'."""
     frozen = frozen_copy(meta, tasks[0].device)
     latents, latent_losses = [], []
     for obs, cost in zip(tasks, costs):
-        trajectory = latent_search(frozen, obs.randn((obs.batch_size, meta.latent_dim), gen),
+        trajectory = latent_search(frozen, obs.randn((obs.batch_size, meta.latent_dim), rng),
                                    cost, obs.input_shape, lr=lr_z, iterations=latent_iterations,
                                    z_norm=z_norm)
         latents.append(trajectory.variables[0].detach())
@@ -90,10 +90,10 @@ def adapt(meta: nn.Module, tasks: Sequence[Observation], costs: Sequence[Cost], 
 
 
 def _outer_step(meta: nn.Module, meta_opt: torch.optim.Optimizer,
-                tasks: Sequence[Observation], costs: Sequence[Cost], gen: torch.Generator,
+                tasks: Sequence[Observation], costs: Sequence[Cost], rng: torch.Generator,
                 **inner) -> dict:
     """Alg. 2 lines 4-11: adapt w' to the tasks, then one Adam step on ||w' - w||^2."""
-    adapted, entry = adapt(meta, tasks, costs, gen=gen, **inner)
+    adapted, entry = adapt(meta, tasks, costs, rng=rng, **inner)
     meta_opt.zero_grad()
     half_gap = sum(((p - q.detach()) ** 2).sum() for p, q in zip(meta.parameters(),
                                                                 adapted.parameters())) / 2
@@ -103,18 +103,17 @@ def _outer_step(meta: nn.Module, meta_opt: torch.optim.Optimizer,
     return entry
 
 
-def meta_learn_generator(observations: Sequence[Observation], generator: nn.Module,
-                         outer_steps: int = 200, *, tasks_per_step: int = 1,
-                         latent_iterations: int = 1000, parameter_iterations: int = 500,
-                         lr_z: float = 3e-2, lr_w: float = 1e-3, meta_optimizer: str = "adam",
-                         meta_lr: float = 1e-2, tv: float = 1e-4, z_norm: float = 1e-3,
-                         distance: str = "cosine", seed: int = 0,
-                         callback: Callback | None = None
+def meta_learn_generator(observations: Sequence[Observation], generator: nn.Module, *,
+                         outer_steps: int, tasks_per_step: int, latent_iterations: int,
+                         parameter_iterations: int, lr_z: float, lr_w: float,
+                         meta_optimizer: str, meta_lr: float, tv: float, z_norm: float,
+                         seed: int, distance: str = "cosine", callback: Callback | None = None
                          ) -> tuple[nn.Module, list[dict]]:
     """Alg. 2: a generator meta-learned from ``observations``; returns it (eval mode) and a log.
 
-    ``generator`` (e.g. a randomly initialised DCGAN with a ``latent_dim``) is not
-    modified. After each outer step ``callback(step, generator, entry)`` sees the
+    The keyword arguments are the configuration's ``giml:`` block (its schema holds the
+    defaults). ``generator`` (e.g. a randomly initialised DCGAN with a ``latent_dim``) is
+    not modified. After each outer step ``callback(step, generator, entry)`` sees the
     current meta generator and the step's log entry.
     """
     if not observations:
@@ -129,7 +128,7 @@ def meta_learn_generator(observations: Sequence[Observation], generator: nn.Modu
                          f"got {meta_optimizer!r}")
     if not hasattr(generator, "latent_dim"):
         raise ValueError("the generator needs a latent_dim attribute (e.g. a DCGAN Generator)")
-    gen = torch.Generator().manual_seed(seed)
+    rng = torch.Generator().manual_seed(seed)
     meta = copy.deepcopy(generator).to(observations[0].device).eval().requires_grad_(True)
     meta_opt = META_OPTIMIZERS[meta_optimizer](meta.parameters(), lr=meta_lr)
     costs = [inversion_cost(obs, infer_labels(obs), distance=distance, tv=tv)
@@ -137,13 +136,13 @@ def meta_learn_generator(observations: Sequence[Observation], generator: nn.Modu
     inner = dict(latent_iterations=latent_iterations, parameter_iterations=parameter_iterations,
                  lr_z=lr_z, lr_w=lr_w, z_norm=z_norm)
     log: list[dict] = []
-    order = _task_order(len(observations), outer_steps, tasks_per_step, gen)
+    order = _task_order(len(observations), outer_steps, tasks_per_step, rng)
     with ExitStack() as stack:  # train-mode BatchNorm would update the models' running stats
         for model in {id(obs.model): obs.model for obs in observations}.values():
             stack.enter_context(preserved_buffers(model))
         for step, tasks in enumerate(order, start=1):
             entry = _outer_step(meta, meta_opt, [observations[i] for i in tasks],
-                                [costs[i] for i in tasks], gen, **inner)
+                                [costs[i] for i in tasks], rng, **inner)
             entry.update(step=step, tasks=tasks)
             log.append(entry)
             if callback is not None:
@@ -155,9 +154,4 @@ def meta_learn_generator(observations: Sequence[Observation], generator: nn.Modu
 class GIML(GIAS):
     """GIAS with the generator produced by :func:`meta_learn_generator` (GI-z/w by default)."""
 
-    def __init__(self, generator: nn.Module | None = None, variant: str = "z/w",
-                 **params) -> None:
-        if generator is None:
-            raise ValueError("giml needs the generator meta-learned by meta_learn_generator, "
-                             "got None")
-        super().__init__(generator=generator, variant=variant, **params)
+    needs = {"generator": Need("giml_generator")}

@@ -43,7 +43,7 @@ import time
 
 import torch
 
-from fedleak.attacks.base import Observation, Reconstruction, register, stopper_from
+from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.bn_statistics import (
     BNRecorder,
     Statistics,
@@ -53,9 +53,8 @@ from fedleak.attacks.bn_statistics import (
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import infer_labels
 from fedleak.attacks.optimization import clamp_unit, l2_distance, optimize, total_variation
-from fedleak.fl.client import gradient
+from fedleak.types import Need, Observation, Update
 
-BN_MODES = ("exact", "proxy", "none")
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
 
 
@@ -68,24 +67,15 @@ def bn_loss(trial: Statistics, target: Statistics, first_weight: float) -> torch
 
 @register("gradinversion")
 class GradInversion:
-    def __init__(self, iterations: int = 4000, lr: float = 0.01, tv: float = 1e-4,
-                 bn_weight: float = 1e-4, image_norm: float = 1e-6, group: float = 1e-4,
-                 bn: str = "exact", bn_proxy: Statistics | None = None,
-                 first_bn_weight: float = 10.0, restarts: int = 4, group_start: int = 500,
-                 group_every: int = 100, seed: int = 0, stopper: dict | None = None) -> None:
-        if bn not in BN_MODES:
-            raise ValueError(f"bn must be one of {BN_MODES}, got {bn!r}")
+    needs = {"bn_proxy": Need("bn_proxy", when={"bn": ("proxy",)})}
+
+    def __init__(self, *, iterations: int, lr: float, tv: float, bn_weight: float,
+                 image_norm: float, group: float, bn: str, first_bn_weight: float,
+                 restarts: int, group_start: int, group_every: int, stopper: dict | None,
+                 bn_proxy: Statistics | None = None, seed: int = 0) -> None:
         if bn == "proxy" and not bn_proxy:
             raise ValueError("bn='proxy' needs bn_proxy: a list of (mean, var) per BatchNorm "
                              "layer computed on public data, got none")
-        for name, value in (("tv", tv), ("bn_weight", bn_weight), ("image_norm", image_norm),
-                            ("group", group), ("first_bn_weight", first_bn_weight)):
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
-        for name, value in (("restarts", restarts), ("group_start", group_start),
-                            ("group_every", group_every)):
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
         self.iterations, self.lr, self.restarts, self.seed = iterations, lr, restarts, seed
         self.tv, self.bn_weight, self.image_norm, self.group = tv, bn_weight, image_norm, group
         self.bn, self.bn_proxy, self.first_bn_weight = bn, bn_proxy, first_bn_weight
@@ -120,13 +110,13 @@ class GradInversion:
         target = obs.target_gradient()
         bn_target = self._bn_target(obs)
         area = obs.input_shape[1] * obs.input_shape[2]
-        gen = torch.Generator().manual_seed(self.seed)
-        x = obs.randn((self.restarts, obs.batch_size, *obs.input_shape), gen).requires_grad_(True)
+        rng = torch.Generator().manual_seed(self.seed)
+        x = obs.randn((self.restarts, obs.batch_size, *obs.input_shape), rng).requires_grad_(True)
         group_mean: torch.Tensor | None = None
         step = 0
 
         def one_seed(images: torch.Tensor, recorder: BNRecorder) -> torch.Tensor:
-            trial = gradient(obs.model, images, labels, create_graph=True)
+            trial = Update.of(obs.model, images, labels, create_graph=True)
             loss = l2_distance(list(trial.values()), target)
             loss = loss + self.tv * total_variation(images)
             loss = loss + self.image_norm * torch.linalg.vector_norm(images) / area
@@ -150,7 +140,7 @@ class GradInversion:
                            iterations=self.iterations, milestones=MILESTONES,
                            project=clamp_unit, stopper=stopper or self.stopper)
             images = x.detach().clamp(0, 1)
-            scores = [float(l2_distance(list(gradient(obs.model, images[r], labels).values()),
+            scores = [float(l2_distance(list(Update.of(obs.model, images[r], labels).values()),
                                         target)) for r in range(self.restarts)]
         best = min(range(self.restarts), key=scores.__getitem__)
         return Reconstruction(images[best], labels, run.loss_trace, run.iterations,

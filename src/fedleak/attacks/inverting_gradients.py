@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-from fedleak.attacks.base import Observation, Reconstruction, register, stopper_from
+from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import idlg_label
 from fedleak.attacks.optimization import (
@@ -31,22 +31,15 @@ from fedleak.attacks.optimization import (
     optimize_vectorised,
     total_variation,
 )
-from fedleak.fl.client import Update, gradient
+from fedleak.types import Observation, Update
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
 
 
 @register("inverting_gradients")
 class InvertingGradients:
-    def __init__(self, iterations: int = 24000, lr: float = 0.1, tv: float = 1e-4,
-                 restarts: int = 1, signed: bool = True, boxed: bool = True,
-                 distance: str = "cosine", seed: int = 0, stopper: dict | None = None) -> None:
-        if distance not in DISTANCES:
-            raise ValueError(f"distance must be one of {sorted(DISTANCES)}, got {distance!r}")
-        if tv < 0:
-            raise ValueError(f"tv must be >= 0, got {tv}")
-        if restarts < 1:
-            raise ValueError(f"restarts must be >= 1, got {restarts}")
+    def __init__(self, *, iterations: int, lr: float, tv: float, restarts: int, signed: bool,
+                 boxed: bool, distance: str, stopper: dict | None, seed: int = 0) -> None:
         self.iterations, self.lr, self.tv, self.restarts = iterations, lr, tv, restarts
         self.signed, self.boxed, self.distance, self.seed = signed, boxed, distance, seed
         self.stopper = stopper_from(stopper)
@@ -58,13 +51,13 @@ class InvertingGradients:
         target = obs.target_gradient()
         names = [n for n, _ in obs.model.named_parameters()]
         distance = DISTANCES[self.distance]
-        gen = torch.Generator().manual_seed(self.seed)
+        rng = torch.Generator().manual_seed(self.seed)
 
         def run_once(_: int):
-            x = obs.randn((obs.batch_size, *obs.input_shape), gen).requires_grad_(True)
+            x = obs.randn((obs.batch_size, *obs.input_shape), rng).requires_grad_(True)
 
             def objective() -> torch.Tensor:
-                trial = gradient(obs.model, x, labels, create_graph=True)
+                trial = Update.of(obs.model, x, labels, create_graph=True)
                 if trial_transform is not None:
                     trial = trial_transform(trial, x)
                 return distance([trial[n] for n in names], target) + self.tv * total_variation(x)
@@ -103,8 +96,8 @@ class InvertingGradients:
         shape = (first.batch_size, *first.input_shape)
 
         def starts(v: int, obs: Observation) -> torch.Tensor:
-            gen = torch.Generator().manual_seed(self.seed + v)  # as the per-victim path
-            return torch.stack([obs.randn(shape, gen) for _ in range(self.restarts)])
+            rng = torch.Generator().manual_seed(self.seed + v)  # as the per-victim path
+            return torch.stack([obs.randn(shape, rng) for _ in range(self.restarts)])
 
         images = torch.stack([starts(v, obs) for v, obs in enumerate(observations)])
         labels = torch.stack([obs.labels.to(obs.device) if obs.labels is not None

@@ -13,20 +13,20 @@ from __future__ import annotations
 
 import torch
 
-from fedleak.attacks.base import Observation, last_linear_weight
+from fedleak.types import Observation
 
 
 def idlg_label(obs: Observation) -> torch.Tensor:
     """The iDLG label for a batch of one: argmin over classes of the row sums."""
     if obs.batch_size != 1:
         raise ValueError(f"iDLG label inference needs batch_size 1, got {obs.batch_size}")
-    _, weight_grad = last_linear_weight(obs)
+    _, weight_grad = obs.classifier_gradient()
     return weight_grad.sum(dim=1).argmin().reshape(1)
 
 
 def batch_labels(obs: Observation) -> torch.Tensor:
     """The ``batch_size`` classes with the smallest row sums, sorted (distinct labels)."""
-    _, weight_grad = last_linear_weight(obs)
+    _, weight_grad = obs.classifier_gradient()
     if obs.batch_size > weight_grad.shape[0]:
         raise ValueError(f"batch label inference needs batch_size <= {weight_grad.shape[0]} "
                          f"classes, got {obs.batch_size}")

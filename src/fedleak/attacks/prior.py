@@ -6,8 +6,11 @@ The DCGAN generator emits 32x32 images in [-1, 1]; attacks see them as
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 
 def to_model_input(generated: torch.Tensor, input_shape: tuple[int, int, int]) -> torch.Tensor:
@@ -26,3 +29,20 @@ def to_model_input(generated: torch.Tensor, input_shape: tuple[int, int, int]) -
         images = F.interpolate(images, size=(height, width), mode="bilinear",
                                align_corners=False)
     return images
+
+
+def frozen_copy(generator: nn.Module, device: torch.device | None = None) -> nn.Module:
+    """An eval-mode copy of ``generator`` (on ``device``) without parameter gradients; the
+    caller's generator is untouched."""
+    if not isinstance(generator, nn.Module):
+        raise ValueError(f"generator must be a torch.nn.Module, got {type(generator).__name__}")
+    out = copy.deepcopy(generator).eval().requires_grad_(False)
+    return out if device is None else out.to(device)
+
+
+def latent_dim(generator: nn.Module) -> int:
+    """The generator's integer ``latent_dim`` attribute (ValueError naming its type if absent)."""
+    if not isinstance(getattr(generator, "latent_dim", None), int):
+        raise ValueError(f"the generator needs an integer latent_dim attribute; "
+                         f"{type(generator).__name__} has none")
+    return generator.latent_dim

@@ -12,12 +12,14 @@ from fedleak.defenses import (  # noqa: F401  (registration)
 )
 from fedleak.defenses.base import (
     Defense,
-    DefenseContext,
     available,
     build,
     build_at,
     knob,
+    needs,
     strongest,
 )
+from fedleak.types import DefenseContext, Update
 
-__all__ = ["Defense", "DefenseContext", "available", "build", "build_at", "knob", "strongest"]
+__all__ = ["Defense", "DefenseContext", "Update", "available", "build", "build_at", "knob",
+           "needs", "strongest"]

@@ -1,71 +1,60 @@
-"""Defense context and registry (DESIGN §3): ``defense(ctx) -> Update``.
+"""The defense interface and registry (DESIGN §3): ``defense(ctx) -> Update``.
 
-Each defense has one named strength knob (``knob``) that the workflow sweeps.
+Each defense has one strength knob, named in the schema (``config.knob``), that the
+workflow sweeps; ``build`` fills the other parameters from the schema's defaults.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from typing import ClassVar
 
-import torch
-from torch import nn
-
-from fedleak.fl.client import Update, gradient
+from fedleak import config
+from fedleak.types import DefenseContext, Need, Update
 from fedleak.utils.registry import Registry
 
 
-@dataclass
-class DefenseContext:
-    """One client's view when it defends its upload."""
-
-    model: nn.Module
-    x: torch.Tensor
-    y: torch.Tensor
-    generator: torch.Generator = field(default_factory=lambda: torch.Generator().manual_seed(0))
-    gradient: Update | None = None
-
-    def true_gradient(self) -> Update:
-        """The undefended gradient of the client batch (computed once)."""
-        if self.gradient is None:
-            self.gradient = {k: v.detach() for k, v in gradient(self.model, self.x, self.y).items()}
-        return self.gradient
-
-
 class Defense(ABC):
-    """Base class: subclasses set ``knob`` and implement ``__call__``."""
+    """Base class: subclasses implement ``__call__`` and may declare ``needs``."""
 
     name: str = ""
-    knob: str | None = None
-    stronger_when: str = "higher"  # "lower" when a smaller knob protects more (bits)
+    needs: ClassVar[dict[str, Need]] = {}
 
     @abstractmethod
     def __call__(self, ctx: DefenseContext) -> Update:
         """The update to upload."""
+
+    def sample(self, trial: Update, ctx: DefenseContext) -> Update:
+        """One draw of the defense applied to ``trial``, the gradient of the batch in ``ctx``,
+        differentiably: what an adaptive attacker (EOT) averages. By default the defense
+        itself run on ``trial``."""
+        return self(DefenseContext(ctx.model, ctx.x, ctx.y, ctx.rng, gradient=trial))
+
+    @property
+    def knob(self) -> str | None:
+        return config.knob(self.name)
 
     @property
     def strength(self) -> float:
         return 0.0 if self.knob is None else float(getattr(self, self.knob))
 
 
-_REGISTRY = Registry("defense")
+_REGISTRY = Registry("defenses")
 register = _REGISTRY.register
 available = _REGISTRY.available
+needs = _REGISTRY.needs
+knob = config.knob
 
 
-def knob(name: str) -> str | None:
-    """The name of a defense's strength parameter (None for ``none``)."""
-    return _REGISTRY.get(name).knob
+def build(name: str, **params) -> Defense:
+    """A defense by registered name; ``params`` override its schema defaults (the papers')."""
+    return _REGISTRY.build(name, **params)
 
 
 def strongest(name: str, strengths: list[float]) -> float:
     """The strongest of ``strengths`` for defense ``name``."""
-    return (min if _REGISTRY.get(name).stronger_when == "lower" else max)(strengths)
-
-
-def build(name: str, **params) -> Defense:
-    """A defense by registered name; ``params`` override its paper defaults."""
-    return _REGISTRY.get(name)(**params)
+    _REGISTRY.get(name)
+    return (min if config.stronger(name) == "lower" else max)(strengths)
 
 
 def build_at(name: str, strength: float, **params) -> Defense:
@@ -77,9 +66,3 @@ def build_at(name: str, strength: float, **params) -> Defense:
                              f"got {strength}")
         return build(name, **params)
     return build(name, **{**params, key: strength})
-
-
-def require_non_negative(name: str, value: float) -> float:
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return value

@@ -30,9 +30,8 @@ from torch import nn
 from torch.func import functional_call
 
 from fedleak.defenses.base import Defense, DefenseContext, register
-from fedleak.fl.client import Update, gradient
-
-PROPOSALS = ("normal", "public")
+from fedleak.types import Need, Update
+from fedleak.utils.modes import eval_mode
 
 
 def orthogonalise(proposal: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -44,53 +43,49 @@ def orthogonalise(proposal: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return o * (g.norm() / (o.norm() + 1e-12))
 
 
-def orthogonal_like(g: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def orthogonal_like(g: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
     """A random normal direction orthogonal to ``g`` with the norm of ``g``."""
-    return orthogonalise(torch.randn(g.shape, generator=generator).to(g.device), g)
+    return orthogonalise(torch.randn(g.shape, generator=rng).to(g.device), g)
 
 
 @register("censor")
 class Censor(Defense):
-    knob = "trials"
-    stronger_when = "lower"  # fewer trials: a less utility-optimised orthogonal upload
+    needs = {"public": Need("public_data", when={"proposal": ("public",)})}
 
-    def __init__(self, trials: int = 20, step: float = 1e-4, proposal: str = "normal",
+    def __init__(self, *, trials: int, step: float, proposal: str,
                  public: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
-        if int(trials) != trials or trials < 1:
-            raise ValueError(f"censor trials must be an integer >= 1, got {trials}")
-        if step <= 0:
-            raise ValueError(f"censor step must be > 0, got {step}")
-        if proposal not in PROPOSALS:
-            raise ValueError(f"censor proposal must be one of {PROPOSALS}, got {proposal!r}")
         if proposal == "public" and (public is None or len(public[0]) == 0):
-            raise ValueError("censor proposal 'public' needs public labelled images (x, y)")
+            raise ValueError("censor proposal 'public' needs public= labelled images (x, y), "
+                             "got none")
         self.trials, self.step, self.proposal = int(trials), step, proposal
         self.public = public
 
     def candidate(self, true: Update, model: nn.Module, batch_size: int,
-                  generator: torch.Generator) -> Update:
+                  rng: torch.Generator) -> Update:
         """One proposal, made orthogonal to ``true`` and rescaled, layer by layer."""
         if self.proposal == "normal":
-            return {k: orthogonal_like(g, generator) for k, g in true.items()}
+            return true.map(lambda g: orthogonal_like(g, rng))
         x, y = self.public
-        idx = torch.randperm(len(x), generator=generator)[:batch_size]
+        idx = torch.randperm(len(x), generator=rng)[:batch_size]
         device = next(model.parameters()).device
         with torch.enable_grad():
-            proposal = gradient(model, x[idx].to(device), y[idx].to(device))
-        return {k: orthogonalise(proposal[k].detach(), g) for k, g in true.items()}
+            proposal = Update.of(model, x[idx].to(device), y[idx].to(device))
+        return Update({k: orthogonalise(proposal[k].detach(), g) for k, g in true.items()})
+
+    def sample(self, trial: Update, ctx: DefenseContext) -> Update:
+        """EOT's sample (CENSOR §V-D): one orthogonalised, rescaled proposal of ``trial``,
+        without the loss-based choice among trials (not differentiable)."""
+        return self.candidate(trial, ctx.model, len(ctx.x), ctx.rng)
 
     def __call__(self, ctx: DefenseContext) -> Update:
         true = ctx.true_gradient()
         params = {n: p.detach() for n, p in ctx.model.named_parameters()}
-        was_training = ctx.model.training
-        ctx.model.eval()
         best, best_loss = None, float("inf")
-        with torch.no_grad():
+        with eval_mode(ctx.model), torch.no_grad():
             for _ in range(self.trials):
-                candidate = self.candidate(true, ctx.model, len(ctx.x), ctx.generator)
+                candidate = self.candidate(true, ctx.model, len(ctx.x), ctx.rng)
                 stepped = {k: params[k] - self.step * candidate[k] for k in params}
                 loss = float(F.cross_entropy(functional_call(ctx.model, stepped, (ctx.x,)), ctx.y))
                 if loss < best_loss:
                     best, best_loss = candidate, loss
-        ctx.model.train(was_training)
         return best

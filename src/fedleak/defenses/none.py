@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from fedleak.defenses.base import Defense, DefenseContext, register
-from fedleak.fl.client import Update
+from fedleak.types import Update
 
 
 @register("none")
 class NoDefense(Defense):
-    knob = None
-
     def __call__(self, ctx: DefenseContext) -> Update:
-        return dict(ctx.true_gradient())
+        return Update(ctx.true_gradient())

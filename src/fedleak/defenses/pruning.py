@@ -11,9 +11,7 @@ from __future__ import annotations
 import torch
 
 from fedleak.defenses.base import Defense, DefenseContext, register
-from fedleak.fl.client import Update
-
-MODES = ("grad", "weight", "weight_grad")
+from fedleak.types import Update
 
 
 def prune_smallest(score: torch.Tensor, values: torch.Tensor, ratio: float) -> torch.Tensor:
@@ -29,18 +27,12 @@ def prune_smallest(score: torch.Tensor, values: torch.Tensor, ratio: float) -> t
 
 @register("pruning")
 class Pruning(Defense):
-    knob = "ratio"
-
-    def __init__(self, ratio: float = 0.2, mode: str = "grad") -> None:
-        if not 0 <= ratio <= 1:
-            raise ValueError(f"pruning ratio must be in [0, 1], got {ratio}")
-        if mode not in MODES:
-            raise ValueError(f"pruning mode must be one of {MODES}, got {mode!r}")
+    def __init__(self, *, ratio: float, mode: str) -> None:
         self.ratio, self.mode = ratio, mode
 
     def __call__(self, ctx: DefenseContext) -> Update:
         values = dict(ctx.model.named_parameters())
-        out = {}
+        out = Update()
         for k, g in ctx.true_gradient().items():
             w = values[k].detach()
             score = {"grad": g.abs(), "weight": w.abs(), "weight_grad": (g * w).abs()}[self.mode]

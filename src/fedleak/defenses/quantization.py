@@ -3,7 +3,7 @@
 
 Per tensor v with s = 2^bits - 1 levels: Q(v_i) = ||v||_2 * sign(v_i) * xi_i / s,
 where xi_i = l + 1 with probability |v_i| s / ||v|| - l and l otherwise,
-l = floor(|v_i| s / ||v||). Unbiased; fewer bits is a stronger defense.
+l = floor(|v_i| s / ||v||). Unbiased; fewer bits is a stronger defense (default 8).
 """
 
 from __future__ import annotations
@@ -11,29 +11,24 @@ from __future__ import annotations
 import torch
 
 from fedleak.defenses.base import Defense, DefenseContext, register
-from fedleak.fl.client import Update
+from fedleak.types import Update
 
 
-def qsgd(v: torch.Tensor, bits: int, generator: torch.Generator) -> torch.Tensor:
+def qsgd(v: torch.Tensor, bits: int, rng: torch.Generator) -> torch.Tensor:
     levels = 2**bits - 1
     norm = v.norm()
     if norm == 0:
         return v.clone()
     scaled = v.abs() / norm * levels
     lower = scaled.floor()
-    up = torch.rand(v.shape, generator=generator).to(v.device) < (scaled - lower)
+    up = torch.rand(v.shape, generator=rng).to(v.device) < (scaled - lower)
     return norm * v.sign() * (lower + up.to(v.dtype)) / levels
 
 
 @register("quantization")
 class Quantization(Defense):
-    knob = "bits"
-    stronger_when = "lower"
-
-    def __init__(self, bits: int = 8) -> None:
-        if int(bits) != bits or not 1 <= bits <= 32:
-            raise ValueError(f"bits must be an integer in [1, 32], got {bits}")
+    def __init__(self, *, bits: int) -> None:
         self.bits = int(bits)
 
     def __call__(self, ctx: DefenseContext) -> Update:
-        return {k: qsgd(g, self.bits, ctx.generator) for k, g in ctx.true_gradient().items()}
+        return ctx.true_gradient().map(lambda g: qsgd(g, self.bits, ctx.rng))

@@ -21,13 +21,13 @@ import torch
 from torch import nn
 
 from fedleak.defenses.base import Defense, DefenseContext, register
-from fedleak.fl.client import Update, gradient
+from fedleak.types import Need, Update
 
 
 def layer_weights(model: nn.Module, grad: Update, tau: float) -> Update:
     """Eq. 3: |grad * value * tau^i| with i the 1-based layer index of each parameter."""
     layers: dict[str, int] = {}
-    weights = {}
+    weights = Update()
     for name, param in model.named_parameters():
         layer = name.rsplit(".", 1)[0]
         index = layers.setdefault(layer, len(layers) + 1)
@@ -39,40 +39,32 @@ def project_to_ball(update: Update, center: Update, radius: float) -> Update:
     """The point of the L2 ball of ``radius`` around ``center`` closest to ``update``."""
     distance = torch.sqrt(sum(((update[k] - center[k]) ** 2).sum() for k in center))
     if distance <= radius:
-        return dict(update)
+        return Update(update)
     scale = radius / float(distance)
-    return {k: center[k] + (update[k] - center[k]) * scale for k in center}
+    return Update({k: center[k] + (update[k] - center[k]) * scale for k in center})
 
 
 @register("refiner")
 class Refiner(Defense):
-    knob = "epsilon"
+    needs = {"evalnet": Need("evalnet")}
 
-    def __init__(self, evalnet: nn.Module, epsilon: float = 0.1, alpha: float = 0.5,
-                 beta: float = 1.0, iterations: int = 10, tau: float = 0.95,
-                 lr: float = 1.0) -> None:
-        if evalnet is None:
-            raise ValueError("refiner needs the trained evaluation network (evalnet=...)")
-        for key, value in {"epsilon": epsilon, "beta": beta, "lr": lr}.items():
-            if value < 0:
-                raise ValueError(f"refiner {key} must be >= 0, got {value}")
-        for key, value in {"alpha": alpha, "tau": tau}.items():
-            if not 0 <= value <= 1:
-                raise ValueError(f"refiner {key} must be in [0, 1], got {value}")
-        if iterations < 0:
-            raise ValueError(f"refiner iterations must be >= 0, got {iterations}")
+    def __init__(self, *, evalnet: nn.Module, epsilon: float, alpha: float, beta: float,
+                 iterations: int, tau: float, lr: float) -> None:
+        if not isinstance(evalnet, nn.Module):
+            raise ValueError(f"refiner needs evalnet=, the trained evaluation network "
+                             f"(an nn.Module), got {type(evalnet).__name__}")
         self.evalnet = evalnet.eval()
         self.epsilon, self.alpha, self.beta = epsilon, alpha, beta
-        self.iterations, self.tau, self.lr = iterations, tau, lr
+        self.iterations, self.tau, self.lr = int(iterations), tau, lr
 
     def robust_data(self, ctx: DefenseContext) -> torch.Tensor:
         """x* of Eq. 2 for the client batch."""
         true = ctx.true_gradient()
         weights = layer_weights(ctx.model, true, self.tau)
-        noise = torch.rand(ctx.x.shape, generator=ctx.generator).to(ctx.x.device)
+        noise = torch.rand(ctx.x.shape, generator=ctx.rng).to(ctx.x.device)
         robust = ((1 - self.alpha) * ctx.x + self.alpha * noise).requires_grad_(True)
         for _ in range(self.iterations):
-            trial = gradient(ctx.model, robust, ctx.y, create_graph=True)
+            trial = Update.of(ctx.model, robust, ctx.y, create_graph=True)
             utility = sum(((weights[k] * (trial[k] - true[k])) ** 2).sum() for k in true)
             privacy = self.evalnet(robust).mean()
             (step,) = torch.autograd.grad(utility - self.beta * privacy, robust)
@@ -81,9 +73,14 @@ class Refiner(Defense):
                 robust.clamp_(0, 1)
         return robust.detach()
 
+    def sample(self, trial: Update, ctx: DefenseContext) -> Update:
+        """Refiner's upload is the gradient of optimised robust data, not a transformation of
+        the trial gradient that an adaptive attacker could sample: EOT matches ``trial``."""
+        return trial
+
     def __call__(self, ctx: DefenseContext) -> Update:
         true = ctx.true_gradient()
         robust = self.robust_data(ctx)
-        uploaded = {k: g.detach() for k, g in gradient(ctx.model, robust, ctx.y).items()}
+        uploaded = Update.of(ctx.model, robust, ctx.y).detached()
         norm = float(torch.sqrt(sum((g ** 2).sum() for g in true.values())))
         return project_to_ball(uploaded, true, self.epsilon * norm)

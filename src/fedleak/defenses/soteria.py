@@ -17,25 +17,14 @@ updates them. Default ratio 0.1 (GGL and CENSOR's baseline).
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 from torch import nn
 
 from fedleak.defenses.base import Defense, DefenseContext, register
-from fedleak.fl.client import Update
+from fedleak.types import Update
+from fedleak.utils.modes import eval_mode
 
 EPS = 1e-10
-
-
-@contextmanager
-def _eval_mode(model: nn.Module):
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
 
 
 def _features_and_norms(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,7 +38,7 @@ def _features_and_norms(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor
     def features(sample: torch.Tensor) -> torch.Tensor:
         return model.features(sample.unsqueeze(0)).squeeze(0)
 
-    with _eval_mode(model):
+    with eval_mode(model):
         with torch.no_grad():
             r = model.features(x)
         jacobian = jacfwd if x[0].numel() <= 2 * r.shape[1] else jacrev
@@ -66,7 +55,7 @@ def feature_scores(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 def feature_scores_loop(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """Reference implementation: one backward pass per feature (slow; for tests/benchmarks)."""
     x = x.detach().requires_grad_(True)
-    with _eval_mode(model):
+    with eval_mode(model):
         r = model.features(x)
         norms = torch.stack([
             torch.autograd.grad(r[:, f].sum(), x, retain_graph=True)[0].flatten(1).norm(dim=1)
@@ -93,15 +82,11 @@ def defended_layer(model: nn.Module) -> str:
 
 @register("soteria")
 class Soteria(Defense):
-    knob = "ratio"
-
-    def __init__(self, ratio: float = 0.1, vectorised: bool = True) -> None:
-        if not 0 <= ratio <= 1:
-            raise ValueError(f"soteria ratio must be in [0, 1], got {ratio}")
+    def __init__(self, *, ratio: float, vectorised: bool) -> None:
         self.ratio, self.vectorised = ratio, vectorised
 
     def __call__(self, ctx: DefenseContext) -> Update:
-        update = dict(ctx.true_gradient())
+        update = Update(ctx.true_gradient())
         scores = (feature_scores if self.vectorised else feature_scores_loop)(ctx.model, ctx.x)
         key = defended_layer(ctx.model)
         update[key] = update[key] * soteria_mask(scores, self.ratio).unsqueeze(0)

@@ -1,27 +1,44 @@
-"""Client-side computation: the gradient of the cross-entropy loss on one batch."""
+"""One client's round: its update (FedSGD gradient, or FedAvg's pseudo-gradient after local
+SGD steps) passed through its defense."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
+
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-Update = dict[str, torch.Tensor]
+from fedleak.types import DefenseContext, Update
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+Defense = Callable[[DefenseContext], Update]
 
 
-def gradient(model: nn.Module, x: torch.Tensor, target: torch.Tensor,
-             create_graph: bool = False) -> Update:
-    """d CE(model(x), target) / d params, keyed like ``model.named_parameters()``.
+def local_update(model: nn.Module, batches: Callable[[int], Batch], steps: int,
+                 lr: float) -> Update:
+    """(theta - theta_local) / lr after ``steps`` SGD steps on ``batches(step)``; the model
+    is not changed. With one step this is the gradient of the first batch."""
+    local = copy.deepcopy(model)
+    opt = torch.optim.SGD(local.parameters(), lr=lr)
+    for step in range(steps):
+        for p, g in zip(local.parameters(), Update.of(local, *batches(step)).values()):
+            p.grad = g
+        opt.step()
+    return Update({n: (p0.detach() - p1.detach()) / lr
+                   for (n, p0), p1 in zip(model.named_parameters(), local.parameters())})
 
-    ``target`` is either class indices (B,) or class probabilities (B, classes).
+
+def client_update(model: nn.Module, batches: Callable[[int], Batch], local_steps: int,
+                  local_lr: float, defense: Defense, rng: torch.Generator) -> Update:
+    """The defended upload of a client whose step-``s`` batch is ``batches(s)``.
+
+    One local step (FedSGD) uploads the gradient of ``batches(0)``; more steps upload the
+    pseudo-gradient of :func:`local_update`. The defense sees the first batch either way.
     """
-    names, params = zip(*model.named_parameters())
-    loss = F.cross_entropy(model(x), target)
-    grads = torch.autograd.grad(loss, params, create_graph=create_graph)
-    return dict(zip(names, grads))
-
-
-def batch_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    with torch.no_grad():
-        return float(F.cross_entropy(model(x), y))
-
+    x, y = batches(0)
+    if local_steps == 1:
+        return defense(DefenseContext(model, x, y, rng))
+    pseudo = local_update(model, lambda s: (x, y) if s == 0 else batches(s), local_steps,
+                          local_lr)
+    return defense(DefenseContext(model, x, y, rng, gradient=pseudo))

@@ -10,9 +10,8 @@ and applies them with its optimiser: SGD, or Adam (FedAdam, Reddi et al., ICLR
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -20,50 +19,26 @@ from torch import nn
 from tqdm import tqdm
 
 from fedleak.data.datasets import ImageData
-from fedleak.defenses.base import Defense, DefenseContext
-from fedleak.fl.client import Update, gradient
+from fedleak.fl.client import Defense, client_update
 from fedleak.metrics.utility import accuracy
-
-SERVER_OPTIMIZERS = ("sgd", "adam")
 
 
 @dataclass(frozen=True)
 class FLSettings:
-    rounds: int = 200
-    client_batch_size: int = 32
-    local_steps: int = 1
-    local_lr: float = 0.1
-    server_optimizer: str = "adam"
-    server_lr: float = 1e-2
-    participation: float = 1.0
-    eval_every: int = 10
+    """The configuration's ``fl:`` block (its schema holds the defaults), seeds aside."""
 
-    def __post_init__(self) -> None:
-        for key in ("rounds", "client_batch_size", "local_steps", "eval_every"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"fl.{key} must be >= 1, got {getattr(self, key)}")
-        if self.server_optimizer not in SERVER_OPTIMIZERS:
-            raise ValueError(f"fl.server_optimizer must be one of {SERVER_OPTIMIZERS}, "
-                             f"got {self.server_optimizer!r}")
-        if not 0 < self.participation <= 1:
-            raise ValueError(f"fl.participation must be in (0, 1], got {self.participation}")
+    rounds: int
+    client_batch_size: int
+    local_steps: int
+    local_lr: float
+    server_optimizer: str
+    server_lr: float
+    participation: float
+    eval_every: int
 
-
-def _client_update(model: nn.Module, sample: Callable[[], tuple[torch.Tensor, torch.Tensor]],
-                   settings: FLSettings, defense: Defense, generator: torch.Generator) -> Update:
-    x, y = sample()
-    if settings.local_steps == 1:
-        return defense(DefenseContext(model=model, x=x, y=y, generator=generator))
-    local = copy.deepcopy(model)
-    opt = torch.optim.SGD(local.parameters(), lr=settings.local_lr)
-    for step in range(settings.local_steps):
-        xb, yb = (x, y) if step == 0 else sample()
-        for p, g in zip(local.parameters(), gradient(local, xb, yb).values()):
-            p.grad = g
-        opt.step()
-    pseudo = {n: (p0.detach() - p1.detach()) / settings.local_lr
-              for (n, p0), p1 in zip(model.named_parameters(), local.parameters())}
-    return defense(DefenseContext(model=model, x=x, y=y, generator=generator, gradient=pseudo))
+    @classmethod
+    def from_config(cls, fl: Mapping) -> FLSettings:
+        return cls(**{f.name: fl[f.name] for f in fields(cls)})
 
 
 def run_federated(model: nn.Module, train: ImageData, test: ImageData,
@@ -84,8 +59,8 @@ def run_federated(model: nn.Module, train: ImageData, test: ImageData,
         server = torch.optim.SGD(model.parameters(), lr=settings.server_lr)
     per_round = max(1, round(settings.participation * len(partition)))
     history: list[dict] = []
-    for r in tqdm(range(settings.rounds), desc=f"FL {defense.name}", disable=not progress,
-                  leave=False):
+    for r in tqdm(range(settings.rounds), desc=f"FL {getattr(defense, 'name', 'defense')}",
+                  disable=not progress, leave=False):
         if on_round is not None:
             on_round(r, model)
         if r % settings.eval_every == 0:
@@ -95,12 +70,13 @@ def run_federated(model: nn.Module, train: ImageData, test: ImageData,
         for client in sorted(rng.choice(len(partition), per_round, replace=False)):
             shard = partition[client]
 
-            def sample(shard=shard) -> tuple[torch.Tensor, torch.Tensor]:
+            def batch(_step: int, shard=shard) -> tuple[torch.Tensor, torch.Tensor]:
                 size = min(settings.client_batch_size, len(shard))
                 idx = torch.from_numpy(rng.choice(shard, size, replace=False))
                 return train.x[idx], train.y[idx]
 
-            uploads.append(_client_update(model, sample, settings, defense, noise))
+            uploads.append(client_update(model, batch, settings.local_steps, settings.local_lr,
+                                         defense, noise))
         server.zero_grad()
         for name, param in zip(names, model.parameters()):
             param.grad = torch.stack([u[name] for u in uploads]).mean(0).detach()

@@ -33,36 +33,36 @@ class EvaluationNetwork(nn.Module):
 RATIOS = tuple(round(0.1 * i, 1) for i in range(11))
 
 
-def blend(x: torch.Tensor, ratio: float | torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def blend(x: torch.Tensor, ratio: float | torch.Tensor, rng: torch.Generator) -> torch.Tensor:
     """(1 - r) x + r v with v ~ U(0, 1) per pixel (Refiner §3.3)."""
-    noise = torch.rand(x.shape, generator=generator)
+    noise = torch.rand(x.shape, generator=rng)
     return (1 - ratio) * x + ratio * noise
 
 
-def train_evaluation_network(images: torch.Tensor, epochs: int = 20, batch_size: int = 128,
-                             lr: float = 1e-4, seed: int = 0,
-                             widths: tuple[int, int, int] = (128, 256, 512),
-                             progress: bool = True) -> tuple[EvaluationNetwork, list[float]]:
+def train_evaluation_network(images: torch.Tensor, *, epochs: int, batch_size: int, lr: float,
+                             seed: int, widths: tuple[int, int, int], progress: bool = True
+                             ) -> tuple[EvaluationNetwork, list[float]]:
     """Train as in Refiner App. D: each batch is blended with noise at the eleven ratios
-    0, 0.1, ..., 1 (the ratio is the target), Adam, lr 1e-4, batch 128, 20 epochs.
+    0, 0.1, ..., 1 (the ratio is the target), Adam; App. D's lr 1e-4, batch 128, 20 epochs
+    and widths 128/256/512 are the schema's defaults (``evalnet:``).
 
     The loss is binary cross-entropy against the soft target, the likelihood form of
     Eq. 5 (the paper does not name its loss). Returns the network and the mean loss per epoch.
     """
     from tqdm import tqdm
 
-    gen = torch.Generator().manual_seed(seed)
+    rng = torch.Generator().manual_seed(seed)
     net = EvaluationNetwork(images.shape[1], images.shape[-1], tuple(widths))
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     ratios = torch.tensor(RATIOS)
     losses = []
     for _ in tqdm(range(epochs), desc="evalnet", disable=not progress, leave=False):
-        order = torch.randperm(len(images), generator=gen)
+        order = torch.randperm(len(images), generator=rng)
         total, count = 0.0, 0
         for start in range(0, len(images), batch_size):
             batch = images[order[start:start + batch_size]]
             target = ratios.repeat_interleave(len(batch))
-            mixed = blend(batch.repeat(len(ratios), 1, 1, 1), target.view(-1, 1, 1, 1), gen)
+            mixed = blend(batch.repeat(len(ratios), 1, 1, 1), target.view(-1, 1, 1, 1), rng)
             loss = nn.functional.binary_cross_entropy_with_logits(net.logits(mixed), target)
             opt.zero_grad()
             loss.backward()
@@ -75,10 +75,23 @@ def train_evaluation_network(images: torch.Tensor, epochs: int = 20, batch_size:
 def monotonicity(net: EvaluationNetwork, images: torch.Tensor, seed: int = 0,
                  ratios: tuple[float, ...] = RATIOS[1:-1]) -> list[dict]:
     """Mean prediction on ``images`` blended at each ratio (Refiner Fig. 4/5)."""
-    gen = torch.Generator().manual_seed(seed)
+    rng = torch.Generator().manual_seed(seed)
     rows = []
     with torch.no_grad():
         for ratio in ratios:
-            prediction = float(net(blend(images, ratio, gen)).mean())
+            prediction = float(net(blend(images, ratio, rng)).mean())
             rows.append({"ratio": ratio, "prediction": prediction})
     return rows
+
+
+def load_evaluation_network(path) -> EvaluationNetwork:
+    """The network saved by ``fedleak train-evalnet`` (weights + its ``.json`` sizes), eval mode."""
+    from pathlib import Path
+
+    from fedleak.utils.io import load_torch, read_json
+
+    meta = read_json(Path(path).with_suffix(".json"))
+    channels, size, _ = meta["input_shape"]
+    net = EvaluationNetwork(channels, size, tuple(meta["widths"]))
+    net.load_state_dict(load_torch(path))
+    return net.eval()

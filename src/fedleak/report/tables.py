@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from fedleak.metrics.utility import pmm
 from fedleak.utils.io import atomic_path
 
 UTILITY_COLUMNS = ["case", "defense", "strength", "seed", "final_accuracy", "pmm"]
@@ -69,7 +70,7 @@ def utility_table(fl_files: list[Path]) -> pd.DataFrame:
     base = df.loc[df["defense"] == "none", ["case", "seed", "final_accuracy"]]
     base = base.rename(columns={"final_accuracy": "base"})
     df = df.merge(base, on=["case", "seed"], how="left")
-    df["pmm"] = 100.0 * df["final_accuracy"] / df["base"]
+    df["pmm"] = pmm(df["final_accuracy"], df["base"])
     return df[UTILITY_COLUMNS]
 
 
@@ -121,8 +122,8 @@ CENSOR_METRICS = ["mse", "lpips", "psnr", "ssim"]  # CENSOR Table I: MSE, LPIPS 
 
 
 def is_ablation(defense: str) -> bool:
-    """Ablation settings are named ``<defense>.<param><value>`` (see ``config.ablation_label``)."""
-    return "." in defense
+    """Ablation settings carry overrides in their name (``refiner~beta=0.5``, Setting.label)."""
+    return "~" in defense
 
 
 def censor_table(tradeoff: pd.DataFrame) -> pd.DataFrame:
@@ -139,38 +140,30 @@ def censor_table(tradeoff: pd.DataFrame) -> pd.DataFrame:
     return wide.reset_index().sort_values(["case", "defense", "strength"], kind="stable")
 
 
-def ablation_table(tradeoff: pd.DataFrame, ablations: dict, defense_params: dict) -> pd.DataFrame:
-    """Refiner Tables 6-9: one row per swept value (the default value from the main run)."""
-    from fedleak.config import ablation_label
-
+def ablation_table(tradeoff: pd.DataFrame, points: list[dict]) -> pd.DataFrame:
+    """Refiner Tables 6-9: one row per swept value and attack. ``points`` name each value's
+    setting (``label``; the default value's is the main run's) and whether it is the default."""
     rows = []
-    for name, ablation in sorted(ablations.items()):
-        strength = float(ablation["strength"])
-        for param, values in sorted(ablation["sweep"].items()):
-            default = defense_params[name][param]
-            points = [(v, ablation_label(name, param, v)) for v in values if v != default]
-            for value, label in sorted([*points, (default, name)]):
-                picked = tradeoff[(tradeoff["defense"] == label)
-                                  & (tradeoff["strength"] == strength)]
-                for row in picked.itertuples():
-                    rows.append({"defense": name, "param": param, "value": value,
-                                 "default": value == default, "strength": strength,
-                                 "case": row.case, "attack": row.attack, "pmm": row.pmm,
-                                 "psnr": row.psnr, "ssim": row.ssim, "lpips": row.lpips,
-                                 "noise_ratio": row.noise_ratio})
+    for point in points:
+        picked = tradeoff[(tradeoff["defense"] == point["label"])
+                          & (tradeoff["strength"] == point["strength"])]
+        for row in picked.itertuples():
+            rows.append({**{k: point[k] for k in ("defense", "param", "value", "default",
+                                                  "strength")},
+                         "case": row.case, "attack": row.attack, "pmm": row.pmm,
+                         "psnr": row.psnr, "ssim": row.ssim, "lpips": row.lpips,
+                         "noise_ratio": row.noise_ratio})
     columns = ["defense", "param", "value", "default", "strength", "case", "attack", "pmm",
                "psnr", "ssim", "lpips", "noise_ratio"]
     return pd.DataFrame.from_records(rows, columns=columns)
 
 
-def write_tables(
-    fl_files: list[Path], attack_files: list[Path], evalnet_files: list[Path], out_dir: Path,
-    ablations: dict | None = None, defense_params: dict | None = None,
-) -> dict[str, pd.DataFrame]:
+def write_tables(fl_files: list[Path], attack_files: list[Path], evalnet_files: list[Path],
+                 out_dir: Path, ablation_points: list[dict] | None = None
+                 ) -> dict[str, pd.DataFrame]:
     """Build all tables, write them as ``<out_dir>/<name>.csv`` and return them by name.
 
-    ``ablations`` (the config block) and ``defense_params`` (the configured params per
-    defense, defaults filled) add ``ablation.csv``.
+    ``ablation_points`` (``experiment.plan.ablation_points``) add ``ablation.csv``.
     """
     utility = utility_table(fl_files)
     privacy = privacy_table(attack_files)
@@ -182,8 +175,8 @@ def write_tables(
         "censor_table": censor_table(tradeoff),
         "evalnet_monotonicity": evalnet_table(evalnet_files),
     }
-    if ablations:
-        tables["ablation"] = ablation_table(tradeoff, ablations, defense_params or {})
+    if ablation_points:
+        tables["ablation"] = ablation_table(tradeoff, ablation_points)
     for name, df in tables.items():
         write_csv(df, Path(out_dir) / f"{name}.csv")
     return tables

@@ -1,1 +1,1 @@
-"""Small shared helpers: seeding and atomic file output."""
+"""Small shared helpers: seeding, atomic file output, train/eval modes, the registry."""

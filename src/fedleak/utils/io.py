@@ -74,3 +74,13 @@ def sha256_file(path: str | os.PathLike) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def save_image_grid(images: torch.Tensor, path: str | os.PathLike, nrow: int) -> Path:
+    """Images in [0, 1] as one PNG grid, ``nrow`` per row (torchvision's ``make_grid``)."""
+    from PIL import Image
+    from torchvision.utils import make_grid
+
+    grid = make_grid(images.clamp(0, 1), nrow=nrow, padding=2, pad_value=1.0)
+    array = (grid.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+    return _write_with(path, lambda tmp: Image.fromarray(array).save(tmp, format="PNG"))

@@ -1,19 +1,39 @@
-"""A name -> class registry, shared by attacks and defenses."""
+"""A name -> class registry for attacks and defenses, with one factory that fills each
+class's defaults from the configuration schema (``fedleak.config``) and rejects unknown
+keyword arguments by name.
+
+A registered class takes its schema parameters as keyword arguments (no defaults of its
+own), plus ``seed`` when it has one, plus the artifacts it declares in ``needs``
+(``{argument: Need(kind, when)}``; ``needs_for(params)`` may compute them instead).
+"""
 
 from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from fedleak import config
+from fedleak.types import ARTIFACTS
 
 
 class Registry:
     def __init__(self, kind: str) -> None:
+        if kind not in ("attacks", "defenses"):
+            raise ValueError(f"registry kind must be 'attacks' or 'defenses', got {kind!r}")
         self.kind = kind
         self._classes: dict[str, type] = {}
+
+    @property
+    def noun(self) -> str:
+        return self.kind[:-1]
 
     def register(self, name: str):
         """Class decorator: register under ``name`` and set ``cls.name``."""
 
         def decorator(cls: type) -> type:
             if name in self._classes:
-                raise ValueError(f"{self.kind} {name!r} registered twice")
+                raise ValueError(f"{self.noun} {name!r} registered twice")
             cls.name = name
             self._classes[name] = cls
             return cls
@@ -25,5 +45,39 @@ class Registry:
 
     def get(self, name: str) -> type:
         if name not in self._classes:
-            raise ValueError(f"unknown {self.kind} {name!r}; expected one of {self.available()}")
+            raise ValueError(f"unknown {self.noun} {name!r}; expected one of {self.available()}")
         return self._classes[name]
+
+    def needs(self, name: str, params: Mapping[str, Any]) -> dict[str, str]:
+        """The artifacts (argument -> kind) that ``name`` with resolved ``params`` needs."""
+        return needs_for(self.get(name), params)
+
+    def build(self, name: str, **kwargs: Any):
+        """``name`` with ``kwargs`` over its schema defaults, plus the artifacts it needs."""
+        cls = self.get(name)
+        schema_keys = config.parameters(self.kind, name)
+        params = {k: v for k, v in kwargs.items() if k in schema_keys}
+        resolved = config.resolve(self.kind, name, params, prefix=f"{self.noun} {name!r}")
+        needed = needs_for(cls, resolved)
+        extra = {"seed"} if "seed" in inspect.signature(cls).parameters else set()
+        extra |= set(getattr(cls, "needs", {}))  # declared artifacts, needed or not here
+        allowed = set(schema_keys) | set(needed) | extra
+        unknown = sorted(set(kwargs) - allowed)
+        if unknown:
+            raise TypeError(f"{self.noun} {name!r} got an unknown keyword argument {unknown[0]!r}; "
+                            f"expected some of {sorted(allowed)}")
+        missing = sorted(k for k in needed if kwargs.get(k) is None)
+        if missing:
+            raise ValueError(f"{self.noun} {name!r} needs {missing[0]}=: "
+                             f"{ARTIFACTS[needed[missing[0]]]}; got none")
+        artifacts = {k: kwargs[k] for k in (set(needed) | extra) & set(kwargs)}
+        return cls(**resolved, **artifacts)
+
+
+def needs_for(cls: type, params: Mapping[str, Any]) -> dict[str, str]:
+    """``cls.needs_for(params)`` when the class computes its needs, else its ``needs`` that
+    apply to ``params``."""
+    if hasattr(cls, "needs_for"):
+        return cls.needs_for(params)
+    return {arg: need.kind for arg, need in getattr(cls, "needs", {}).items()
+            if need.applies(params)}

@@ -26,7 +26,3 @@ def child_seeds(seed: int, concerns: list[str]) -> dict[str, int]:
     """One independent integer seed per named concern, from one SeedSequence."""
     children = np.random.SeedSequence(seed).spawn(len(concerns))
     return {name: int(c.generate_state(1)[0]) for name, c in zip(concerns, children)}
-
-
-def torch_generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)

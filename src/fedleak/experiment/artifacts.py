@@ -1,0 +1,158 @@
+"""Artifacts that defenses and attacks declare as ``needs`` (``fedleak.types.Need``):
+for each kind, the files a job needs built first and how the constructor argument is
+loaded from them. Snakemake rules take their inputs from :func:`defense_inputs` and
+:func:`attack_inputs`, so the files a rule waits for are the ones the job will load."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from fedleak import attacks, data, defenses, models
+from fedleak.attacks.bn_statistics import dataset_statistics
+from fedleak.experiment import paths, plan
+from fedleak.types import Setting
+
+
+@dataclass
+class Job:
+    """One (case, setting, seed) of a configuration, with its results folder."""
+
+    config: dict
+    results: Path
+    case: str
+    setting: Setting
+    seed: int
+
+    def __post_init__(self) -> None:
+        self.results = Path(self.results)
+        plan.find_case(self.config, self.case)
+        plan.check_setting(self.config, self.setting)
+
+    @cached_property
+    def spec(self) -> dict:
+        """The case's entry of the configuration."""
+        return plan.find_case(self.config, self.case)
+
+    @cached_property
+    def resolved(self) -> dict:
+        """The configuration with the setting's overrides applied."""
+        return plan.resolve(self.config, self.setting)
+
+    @property
+    def dataset(self) -> str:
+        return self.spec["dataset"]
+
+    @property
+    def data_dir(self) -> Path:
+        return paths.data_dir(self.results, self.dataset)
+
+    @property
+    def fl_dir(self) -> Path:
+        return paths.fl_dir(self.results, self.case, plan.fl_setting(self.setting), self.seed)
+
+    @property
+    def checkpoint(self) -> Path:
+        round_ = self.resolved["attack"]["round"]
+        return paths.checkpoint(self.results, self.case, plan.fl_setting(self.setting),
+                                self.seed, round_)
+
+
+@dataclass(frozen=True)
+class Kind:
+    files: Callable[[Job], list[Path]]
+    load: Callable[[Job, nn.Module], Any]
+
+
+def _public(job: Job) -> data.ImageData:
+    return data.load_prepared(job.data_dir, "public")
+
+
+def _evalnet(job: Job) -> Path:
+    return paths.evalnet_file(job.results, job.dataset)
+
+
+def _gan(job: Job) -> Path:
+    return paths.gan_file(job.results, job.config["gan"]["dataset"])
+
+
+def _giml(job: Job) -> Path:
+    return paths.giml_file(job.results, job.case)
+
+
+KINDS: dict[str, Kind] = {
+    "evalnet": Kind(lambda job: [_evalnet(job)],
+                    lambda job, _: models.evalnet.load_evaluation_network(_evalnet(job))),
+    "gan": Kind(lambda job: [_gan(job)],
+                lambda job, _: models.dcgan.load_generator(_gan(job))),
+    "giml_generator": Kind(lambda job: [_giml(job)],
+                           lambda job, _: models.dcgan.load_generator(_giml(job))),
+    "public_data": Kind(lambda job: [paths.data_manifest(job.results, job.dataset)],
+                        lambda job, _: (_public(job).x, _public(job).y)),
+    "bn_proxy": Kind(lambda job: [paths.data_manifest(job.results, job.dataset)],
+                     lambda job, model: dataset_statistics(
+                         model, _public(job).x.to(next(model.parameters()).device))),
+    "defense": Kind(lambda job: defense_inputs(job),
+                    lambda job, model: build_defense(job, model)),
+}
+
+
+def defense_needs(job: Job) -> dict[str, str]:
+    return defenses.needs(*plan.defense_of(job.resolved, job.setting))
+
+
+def attack_needs(job: Job, label: str) -> dict[str, str]:
+    return attacks.needs(*plan.attack_of(job.resolved, label))
+
+
+def _files(needed: dict[str, str], job: Job) -> list[Path]:
+    return [f for kind in needed.values() for f in KINDS[kind].files(job)]
+
+
+def defense_inputs(job: Job) -> list[Path]:
+    """The files the setting's defense loads (e.g. Refiner's evaluation network)."""
+    return _files(defense_needs(job), job)
+
+
+def attack_inputs(job: Job) -> list[Path]:
+    """The files an attack job loads: every configured attack's artifacts, the defense's,
+    and the evaluation network of the noise-ratio metric."""
+    files = [*defense_inputs(job), *KINDS["evalnet"].files(job)]
+    for label in plan.attack_labels(job.config):
+        files += _files(attack_needs(job, label), job)
+    return sorted(set(files))
+
+
+def kinds_needed(job: Job) -> set[str]:
+    """Every artifact kind the job's defense and attacks declare."""
+    kinds = set(defense_needs(job).values())
+    for label in plan.attack_labels(job.config):
+        kinds |= set(attack_needs(job, label).values())
+    return kinds
+
+
+def _loaded(needed: dict[str, str], job: Job, model: nn.Module | None) -> dict[str, Any]:
+    return {arg: KINDS[kind].load(job, model) for arg, kind in needed.items()}
+
+
+def build_defense(job: Job, model: nn.Module | None = None) -> defenses.Defense:
+    """The setting's defense, with the artifacts it declares loaded."""
+    name, params = plan.defense_of(job.resolved, job.setting)
+    return defenses.build(name, **params, **_loaded(defense_needs(job), job, model))
+
+
+def build_attack(job: Job, label: str, model: nn.Module, defense: defenses.Defense,
+                 seed: int) -> attacks.base.Attack:
+    """The attack ``label`` with its artifacts loaded; the setting's ``defense`` is passed
+    as built, so an adaptive attack samples the very defense that made the uploads."""
+    name, params = plan.attack_of(job.resolved, label)
+    needed = attack_needs(job, label)
+    loaded = _loaded({k: v for k, v in needed.items() if v != "defense"}, job, model)
+    if "defense" in needed.values():
+        loaded.update({k: defense for k, v in needed.items() if v == "defense"})
+    return attacks.build(name, seed=seed, **params, **loaded)

@@ -1,0 +1,172 @@
+"""The package's shape: layers import only downwards, the experiment layer and the CLI name
+no attack or defense, the schema is the one source of every default, every artifact kind
+has files and a loader."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+
+import pytest
+import torch
+from conftest import REPO
+
+from fedleak import attacks, config, defenses
+from fedleak.experiment.artifacts import KINDS
+from fedleak.types import ARTIFACTS
+
+PACKAGE = REPO / "src" / "fedleak"
+# docs/architecture.md: each layer may import its own layer (without cycles) and those below.
+LAYERS = {
+    "types": 0, "config": 0, "utils": 0, "data": 0, "models": 0, "metrics": 0,
+    "fl": 1, "defenses": 1, "attacks": 1, "report": 1,
+    "experiment": 2,
+    "cli": 3,
+}
+
+
+def _unit(module: str) -> str:
+    """fedleak.attacks.gias -> attacks; fedleak.cli -> cli."""
+    return module.split(".")[1]
+
+
+def _imports() -> dict[str, set[str]]:
+    """Package unit -> the fedleak units its modules import."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        unit = parts[1] if len(parts) > 1 else None
+        if unit is None or unit == "__init__":
+            continue
+        found = graph.setdefault(unit, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] if node.module != "fedleak" else \
+                    [f"fedleak.{a.name}" for a in node.names]
+            found |= {_unit(n) for n in names if n.startswith("fedleak.")} - {unit}
+    return graph
+
+
+def test_every_unit_has_a_layer():
+    assert set(_imports()) == set(LAYERS)
+
+
+def test_no_unit_imports_a_higher_layer():
+    upward = {(unit, dep) for unit, deps in _imports().items() for dep in deps
+              if LAYERS[dep] > LAYERS[unit]}
+    assert upward == set()
+
+
+def test_units_import_each_other_without_cycles():
+    graph = _imports()
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(dep == goal or (dep not in seen and reaches(dep, goal, seen | {dep}))
+                   for dep in graph[start])
+
+    assert [unit for unit in graph if reaches(unit, unit, {unit})] == []
+
+
+def test_cli_and_experiment_special_case_no_attack_or_defense():
+    """No comparison with an attack or defense name: what a class needs is data on it."""
+    names = set(attacks.available()) | set(defenses.available())
+    compared = re.compile(r"""(?:==|!=|\bin\s*[\[({])\s*["']([a-z_]+)["']""")
+    for path in [PACKAGE / "cli.py", *sorted((PACKAGE / "experiment").glob("*.py"))]:
+        for line in path.read_text().splitlines():
+            for match in compared.finditer(line):
+                assert match[1] not in names, f"{path.name}: {line.strip()}"
+
+
+@pytest.mark.parametrize("kind, registry", [("attacks", attacks), ("defenses", defenses)])
+def test_every_registered_class_has_a_schema_definition(kind, registry):
+    assert registry.available() == sorted(config.schema()["definitions"][kind])
+
+
+def _classes(kind: str):
+    registry = attacks.base._REGISTRY if kind == "attacks" else defenses.base._REGISTRY
+    return [(kind, name, registry.get(name)) for name in registry.available()]
+
+
+@pytest.mark.parametrize("kind, name, cls", [*_classes("attacks"), *_classes("defenses")])
+def test_constructor_takes_the_schema_parameters_without_defaults(kind, name, cls):
+    schema_params = config.parameters(kind, name)
+    signature = inspect.signature(cls)
+    declared = {p.name: p for p in signature.parameters.values()
+                if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    needs = {arg for arg in getattr(cls, "needs", {})}
+    extra = set(declared) - set(schema_params) - needs - {"seed", "defense"}
+    assert extra == set(), f"{name} takes parameters the schema does not define"
+    assert set(schema_params) <= set(declared)
+    with_defaults = [p for p in schema_params if declared[p].default is not inspect.Parameter.empty]
+    assert with_defaults == [], f"{name} repeats schema defaults in its signature"
+
+
+def _artifacts(name: str) -> dict:
+    from fedleak.models import EvaluationNetwork, Generator
+
+    generator = Generator(16, 1, 8)
+    return {"evalnet": EvaluationNetwork(1, 16, (4, 4, 4)), "generator": generator,
+            "defense": defenses.build("none")} if name in {"refiner", "gga", "gias", "gifd",
+                                                             "giml", "eot"} else {}
+
+
+@pytest.mark.parametrize("kind, name, cls", [*_classes("attacks"), *_classes("defenses")])
+def test_build_fills_the_schema_defaults(kind, name, cls):
+    registry = attacks if kind == "attacks" else defenses
+    wanted = set(registry.needs(name, config.resolve(kind, name, {})))
+    built = registry.build(name, **{k: v for k, v in _artifacts(name).items() if k in wanted})
+    for param, rules in config.definition(kind, name)["properties"].items():
+        if hasattr(built, param) and param != "stopper" and "default" in rules:
+            value = getattr(built, param)
+            assert value == rules["default"] or (
+                isinstance(value, (list, tuple)) and list(value) == rules["default"]), param
+
+
+@pytest.mark.parametrize("kind, registry", [("attacks", attacks), ("defenses", defenses)])
+def test_build_rejects_an_unknown_keyword_by_name(kind, registry):
+    name = registry.available()[0]
+    with pytest.raises(TypeError, match="unknown keyword argument 'iteratons'"):
+        registry.build(name, iteratons=3)
+
+
+def test_every_artifact_kind_has_files_and_a_loader():
+    assert set(KINDS) == set(ARTIFACTS)
+
+
+def test_eval_mode_is_restored():
+    from fedleak.metrics import accuracy
+    from fedleak.models import LeNet
+
+    model = LeNet(1, 10, 16).train()
+    accuracy(model, torch.rand(4, 1, 16, 16), torch.arange(4))
+    assert model.training
+
+
+def test_workflow_rules_each_have_a_log():
+    for path in sorted((REPO / "workflow" / "rules").glob("*.smk")):
+        text = path.read_text()
+        rules = re.findall(r"^rule (\w+):", text, flags=re.M)
+        logs = re.findall(r"^    log:", text, flags=re.M)
+        assert len(rules) == len(logs), f"{path.name}: {rules} with {len(logs)} log directives"
+
+
+def test_workflow_schema_is_the_packaged_schema():
+    linked = REPO / "workflow" / "schemas" / "config.schema.yaml"
+    assert linked.resolve() == (PACKAGE / "schemas" / "config.schema.yaml").resolve()
+
+
+def test_snakemake_lint_is_clean(tmp_path):
+    import subprocess
+    import sys
+
+    from test_pipeline import ENV, copy_project
+
+    root = copy_project(tmp_path / "project")
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=root, env=ENV,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Congratulations, your workflow is in a good condition!" in proc.stdout + proc.stderr
