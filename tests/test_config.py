@@ -62,26 +62,15 @@ def test_a_label_runs_a_registered_attack_or_defense_under_another_name():
         "pruning", {"mode": "weight", "ratio": 0.5})
 
 
-def test_ablation_points_are_settings_with_one_override():
-    sweep = {"beta": [0, 2], "iterations": [5, 10]}
-    config = cfg.validate({"defenses": {"refiner": {"strengths": [0.1, 0.3]}},
-                           "ablations": {"refiner": {"strength": 0.1, "sweep": sweep}}})
-    texts = [s.text for s in plan.settings(config)]
-    # iterations 10 is the configured value: it is the main run's setting, not a new one
-    assert texts == ["none-0", "refiner-0.1", "refiner-0.3", "refiner-0.1~beta=0",
-                     "refiner-0.1~beta=2", "refiner-0.1~iterations=5"]
-    name, params = plan.defense_of(config, Setting.parse("refiner-0.1~iterations=5"))
-    assert name == "refiner" and params["iterations"] == 5 and params["beta"] == 1.0
-
-
-@pytest.mark.parametrize("bad, key", [
-    ({"refiner": {"strength": 0.5, "sweep": {"beta": [0]}}}, "ablations.refiner.strength"),
-    ({"refiner": {"strength": 0.1, "sweep": {"betta": [0]}}}, "ablations.refiner.sweep.betta"),
-    ({"refiner": {"strength": 0.1, "sweep": {"beta": [-1]}}}, "ablations.refiner.sweep.beta[0]"),
-])
-def test_ablations_are_checked_against_the_defense(bad, key):
-    with pytest.raises(cfg.ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
-        cfg.validate({"defenses": {"refiner": {"strengths": [0.1]}}, "ablations": bad})
+def test_smoke_merges_its_overrides_before_validation():
+    config = cfg.validate({"attacks": {"dlg": {"iterations": 300}}, "smoke": True,
+                           "smoke_overrides": {"attacks": {"dlg": {"iterations": 2}},
+                                               "datasets": {"mnist": {"stand_in": "digits"}}}})
+    assert config["attacks"]["dlg"]["iterations"] == 2 and config["attacks"]["dlg"]["lr"] == 1.0
+    assert config["datasets"]["mnist"]["stand_in"] == "digits"
+    plain = cfg.validate({"attacks": {"dlg": {"iterations": 300}},
+                          "smoke_overrides": {"attacks": {"dlg": {"iterations": 2}}}})
+    assert plain["attacks"]["dlg"]["iterations"] == 300
 
 
 def test_a_yaml_syntax_error_names_the_file(tmp_path):

@@ -44,25 +44,28 @@ def inputs(tmp_path: Path) -> dict[str, list[Path]]:
     root = tmp_path / "results"
     fl, attacks = [], []
     for defense, strength in SETTINGS:
+        setting = f"{defense}-{strength:g}"
         for seed in (0, 1):
+            keys = {"case": CASE, "setting": setting, "defense": defense, "strength": strength,
+                    "seed": seed}
             fl.append(_write_json(
-                root / "fl" / CASE / defense / str(strength) / f"seed{seed}" / "metrics.json",
-                {"case": CASE, "defense": defense, "strength": strength, "seed": seed,
-                 "history": [{"round": 0, "accuracy": 0.1}],
+                root / "fl" / CASE / setting / f"seed{seed}" / "metrics.json",
+                {**keys, "history": [{"round": 0, "accuracy": 0.1, "test_loss": 2.3}],
                  "final_accuracy": ACCURACY[defense, strength] - 0.01 * seed}))
+            job = root / "attacks" / CASE / setting / f"seed{seed}"
+            runs = {}
             for attack in ATTACKS:
-                run = root / "attacks" / CASE / defense / str(strength) / attack / f"seed{seed}"
-                victims = [
+                runs[attack] = {"victims": [
                     {"victim": v, "label": v, "predicted_label": 0, "stop_reason": "threshold",
                      "psnr": _psnr(strength, attack, seed, v), "ssim": 0.95 - 0.1 * v,
                      "mse": 0.001, "lpips": float("nan"), "noise_ratio": strength,
-                     "iterations": 10 + v, "final_loss": 1e-6}
+                     "iterations": 10 + v, "final_loss": 1e-6, "wall_time": 0.5}
                     for v in (0, 1)
-                ]
-                attacks.append(_write_json(run / "metrics.json", {
-                    "case": CASE, "defense": defense, "strength": strength, "attack": attack,
-                    "seed": seed, "victims": victims, "lpips_unavailable": "not installed"}))
-                mpimg.imsave(run / "recon.png", rng.random((16, 40, 3)))
+                ]}
+                (job / "details").mkdir(parents=True, exist_ok=True)
+                mpimg.imsave(job / "details" / f"recon_{attack}.png", rng.random((16, 40, 3)))
+            attacks.append(_write_json(job / "metrics.json", {
+                **keys, "runs": runs, "snapshots": [], "lpips_unavailable": "not installed"}))
     evalnet = [_evalnet(root, "digits", [0.08, 0.2, 0.33, 0.41, 0.5, 0.62, 0.7, 0.79, 0.91])]
     return {"fl": fl, "attack": attacks, "evalnet": evalnet}
 
@@ -139,7 +142,7 @@ def test_save_figure_deterministic(tmp_path: Path, suffix: str) -> None:
 def test_report(inputs: dict[str, list[Path]], tmp_path: Path) -> None:
     root = tmp_path / "results"
     tables, figures = _build(inputs, root)
-    report = write_report(tables, figures, root / "report.md")
+    report = write_report(tables, figures, [], root / "report.md")
     text = report.read_text()
     assert text.startswith("# fedleak report")
     for fig in figures:
@@ -150,12 +153,11 @@ def test_report(inputs: dict[str, list[Path]], tmp_path: Path) -> None:
 def test_malformed_file(inputs: dict[str, list[Path]], tmp_path: Path) -> None:
     root = tmp_path / "results"
     bad = _write_json(root / "bad" / "metrics.json", {"case": CASE, "seed": 0})
-    with pytest.raises(ValueError, match=r"bad.*metrics\.json.*'defense'"):
+    with pytest.raises(ValueError, match=r"bad.*metrics\.json.*'setting'"):
         write_tables([*inputs["fl"], bad], [], [], root / "tables")
-    victims = [{"victim": 0}]
-    bad = _write_json(bad, {"case": CASE, "defense": "none", "strength": 0, "attack": "dlg",
-                            "seed": 0, "victims": victims})
-    with pytest.raises(ValueError, match=r"metrics\.json: missing key 'label' in victims\[0\]"):
+    bad = _write_json(bad, {"case": CASE, "setting": "none-0", "defense": "none", "strength": 0,
+                            "seed": 0, "runs": {"dlg": {"victims": [{"victim": 0}]}}})
+    with pytest.raises(ValueError, match=r"missing key 'label' in runs\['dlg'\]\.victims\[0\]"):
         write_tables([], [bad], [], root / "tables")
 
 
@@ -180,23 +182,3 @@ def test_censor_table_has_one_row_per_setting_and_four_metrics_per_attack() -> N
     assert list(table.columns[3:]) == [f"{a}_{m}" for a in ("dlg", "ig")
                                        for m in ("mse", "lpips", "psnr", "ssim")]
     assert table.loc[table["defense"] == "censor", "ig_psnr"].item() == 6.0
-
-
-def test_ablation_table_puts_the_default_value_from_the_main_run() -> None:
-    from fedleak import config
-    from fedleak.experiment.plan import ablation_points
-    from fedleak.report.tables import ablation_table
-
-    tradeoff = _tradeoff_rows([
-        ("c", "refiner", 0.1, "ig", 97, 9.0, 0.2, 0.1, np.nan, 0.4),
-        ("c", "refiner", 0.3, "ig", 99, 12.0, 0.3, 0.05, np.nan, 0.3),
-        ("c", "refiner~beta=0", 0.1, "ig", 98, 11.0, 0.25, 0.08, np.nan, 0.35),
-        ("c", "refiner~beta=2", 0.1, "ig", 96, 8.0, 0.15, 0.12, np.nan, 0.45),
-    ])
-    points = ablation_points(config.validate({
-        "defenses": {"refiner": {"strengths": [0.1, 0.3]}},
-        "ablations": {"refiner": {"strength": 0.1, "sweep": {"beta": [0, 2]}}}}))
-    table = ablation_table(tradeoff, points)
-    assert table["value"].tolist() == [0, 1.0, 2]
-    assert table["default"].tolist() == [False, True, False]
-    assert table["psnr"].tolist() == [11.0, 9.0, 8.0]

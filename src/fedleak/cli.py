@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fedleak import attacks, defenses
 from fedleak import config as cfg
-from fedleak.experiment import phases, plan
+from fedleak.experiment import catalog, phases, plan
 from fedleak.types import Setting
 
 
@@ -28,14 +28,25 @@ def _validate(args, config: dict) -> None:
 
 
 def _plan(args, config: dict) -> None:
-    for setting in plan.settings(config):
-        print(setting.text)
+    for (case, setting), labels in plan.jobs(config).items():
+        print(f"{case} {setting.text} {' '.join(labels) or '(FL only)'}")
+
+
+def _compare(args, config: dict) -> None:
+    print(phases.compare(config, args.results), end="")
+
+
+def _targets(args, config: dict | None) -> None:
+    print(catalog.targets_table(args.configs), end="")
 
 
 COMMANDS = {
     "list": (_list, "registered attacks and defenses, with their strength knobs", []),
     "validate": (_validate, "check a configuration", []),
-    "plan": (_plan, "print the configuration's settings, one per line", []),
+    "plan": (_plan, "print each planned case, setting and its attacks, one per line", []),
+    "compare": (_compare, "print each target's numbers beside the paper's (after a run)", []),
+    "targets": (_targets, "print the README's table of the paper configurations' targets",
+                ["configs"]),
     "prepare-data": (lambda a, c: phases.prepare_data(c, a.results, a.dataset),
                      "prepare one dataset's splits", ["dataset"]),
     "train-evalnet": (lambda a, c: phases.train_evalnet(c, a.results, a.dataset),
@@ -48,8 +59,10 @@ COMMANDS = {
     "attack": (lambda a, c: phases.run_attacks(c, a.results, a.case, a.setting, a.seed),
                "every configured attack against one setting's uploads",
                ["case", "setting", "seed"]),
+    "target": (lambda a, c: phases.write_target(c, a.results, a.name),
+               "one paper target's table, comparison with the paper and figure", ["name"]),
     "aggregate": (lambda a, c: phases.aggregate(c, a.results),
-                  "tables, figures and report.md", []),
+                  "the standard tables and figures, and report.md", []),
 }
 def _setting(text: str) -> Setting:
     try:
@@ -64,6 +77,9 @@ ARGUMENTS = {
     "setting": {"type": _setting, "help": "a setting, e.g. dp_gaussian-0.01 "
                                                "(fedleak plan lists them)"},
     "seed": {"type": int, "help": "an FL/attack seed of the configuration"},
+    "name": {"help": "a target of the configuration, e.g. table5"},
+    "configs": {"type": Path, "nargs": "+", "help": "paper configurations, e.g. "
+                                                    "config/paper/*.yaml"},
 }
 
 
@@ -72,12 +88,15 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (func, summary, needed) in COMMANDS.items():
         p = sub.add_parser(name, help=summary, description=summary)
-        if name != "list":
+        if name not in ("list", "targets"):
             p.add_argument("--config", required=True, help="YAML or JSON configuration")
             p.add_argument("--results", type=Path, default=Path("results"),
                            help="results folder (default: results)")
         for arg in needed:
-            p.add_argument(f"--{arg}", required=True, **ARGUMENTS[arg])
+            if arg == "configs":  # positional: fedleak targets config/paper/*.yaml
+                p.add_argument(arg, **ARGUMENTS[arg])
+            else:
+                p.add_argument(f"--{arg}", required=True, **ARGUMENTS[arg])
         p.set_defaults(func=func)
     return parser
 
@@ -85,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        config = cfg.load(args.config) if args.command != "list" else None
+        config = cfg.load(args.config) if hasattr(args, "config") else None
         args.func(args, config)
     except (FileNotFoundError, ValueError) as exc:
         print(f"fedleak {args.command}: error: {exc}", file=sys.stderr)

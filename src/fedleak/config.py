@@ -203,33 +203,97 @@ def _validate_attacks(config: dict) -> None:
         config["attacks"][label] = {**({"attack": name} if "attack" in entry else {}), **resolved}
 
 
-def _validate_ablations(config: dict) -> None:
-    for label, ablation in config["ablations"].items():
-        where = f"ablations.{label}"
-        if label not in config["defenses"]:
-            raise ConfigError(f"invalid config: '{where}': not a configured defense "
-                              f"(expected one of {sorted(config['defenses'])})")
-        entry = config["defenses"][label]
-        name = entry.get("defense", label)
-        if ablation["strength"] not in entry["strengths"]:
-            raise ConfigError(f"invalid config: '{where}.strength' {ablation['strength']} is not "
-                              f"in 'defenses.{label}.strengths' {entry['strengths']} (the "
-                              f"default-parameter row of the ablation)")
-        properties = definition("defenses", name)["properties"]
-        for param, values in ablation["sweep"].items():
-            if param not in entry["params"]:
-                raise ConfigError(f"invalid config: unknown key '{where}.sweep.{param}' (expected "
-                                  f"one of {sorted(entry['params'])})")
-            for i, value in enumerate(values):
-                check(value, properties[param], f"{where}.sweep.{param}[{i}]")
+SWEEPABLE = ("fl.", "attack.", "attacks.", "defenses.")
+ROW_KEYS = ("case", "dataset", "defense", "strength", "attack", "series", "seed")
+
+
+def sweep_column(key: str) -> str:
+    """The table column of a swept configuration path: its last component."""
+    return key.rsplit(".", 1)[-1]
+
+
+def _check_sweep_value(config: dict, key: str, value: Any, where: str) -> None:
+    """ConfigError unless ``key`` may be swept and ``value`` is valid there."""
+    parts = key.split(".")
+    if not key.startswith(SWEEPABLE) or (parts[0] == "defenses" and parts[2:3] != ["params"]):
+        raise ConfigError(f"invalid config: '{where}': {key!r} cannot be swept; expected "
+                          f"fl.*, attack.*, attacks.<label>.* or defenses.<label>.params.*")
+    try:
+        get_path(config, key)
+    except KeyError:
+        raise ConfigError(f"invalid config: '{where}': {key!r} is not a path of this "
+                          f"configuration (set it first, e.g. a stopper before its threshold)"
+                          ) from None
+    if parts[0] in ("attacks", "defenses"):
+        kind, label = parts[0], parts[1]
+        entry = copy.deepcopy(config[kind][label])
+        params = entry.pop("params") if kind == "defenses" else entry
+        params.pop("attack", None)
+        set_path(params, ".".join(parts[3:] if kind == "defenses" else parts[2:]), value)
+        name = registered_name(config, kind, label)
+        if kind == "defenses" and knob(name) is not None:
+            params[knob(name)] = definition(kind, name)["properties"][knob(name)]["default"]
+        resolve(kind, name, params, where=f"{where}[{key}]")
+    else:
+        section = copy.deepcopy(config[parts[0]])
+        set_path(section, ".".join(parts[1:]), value)
+        check(section, {k: v for k, v in schema()["properties"][parts[0]].items()
+                        if k != "default"}, f"{where}[{key}]")
+
+
+def _validate_targets(config: dict) -> None:
+    datasets = set(schema()["properties"]["datasets"]["properties"])
+    for name, target in config["targets"].items():
+        columns = set(ROW_KEYS)
+        for i, selection in enumerate(target["select"]):
+            where = f"targets.{name}.select[{i}]"
+            for kind, known in (("datasets", datasets), ("defenses", set(config["defenses"])),
+                                ("attacks", set(config["attacks"]))):
+                unknown = sorted(set(selection.get(kind, [])) - known)
+                if unknown:
+                    raise ConfigError(f"invalid config: '{where}.{kind}': {unknown[0]!r} is not "
+                                      f"configured (expected one of {sorted(known)})")
+            for key, values in selection.get("sweep", {}).items():
+                for value in values:
+                    _check_sweep_value(config, key, value, f"{where}.sweep")
+                columns |= {key, sweep_column(key)}
+        layout = [*target.get("table", {}).get("rows", []),
+                  *target.get("table", {}).get("columns", []),
+                  *(target.get("figure", {}).get(k) for k in ("x", "hue", "panels"))]
+        unknown = sorted({k for k in layout if k is not None} - columns)
+        if unknown:
+            raise ConfigError(f"invalid config: 'targets.{name}': {unknown[0]!r} is not a column "
+                              f"of its results (expected one of {sorted(columns)})")
+    for name, reference in config["reference"].items():
+        if name not in config["targets"]:
+            raise ConfigError(f"invalid config: 'reference.{name}': not a target (expected one "
+                              f"of {sorted(config['targets'])})")
+        width = len(reference["columns"])
+        for i, row in enumerate(reference["rows"]):
+            if len(row) != width:
+                raise ConfigError(f"invalid config: 'reference.{name}.rows[{i}]' has {len(row)} "
+                                  f"values, expected {width} (one per column)")
+
+
+def _merge(base: dict, update: Mapping) -> dict:
+    """``update`` merged into ``base`` in place: mappings key by key, anything else replaced."""
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+    return base
 
 
 def validate(config: dict | None) -> dict:
-    """A validated copy of ``config`` with every schema default filled in."""
-    config = check(copy.deepcopy(config or {}), schema())
+    """A validated copy of ``config`` with every schema default filled in; with ``smoke``
+    set, its ``smoke_overrides`` merged in first."""
+    config = copy.deepcopy(config or {})
+    if config.get("smoke") is True and isinstance(config.get("smoke_overrides"), Mapping):
+        _merge(config, config["smoke_overrides"])
+    config = check(config, schema())
     _validate_defenses(config)
     _validate_attacks(config)
-    _validate_ablations(config)
     attack = config["attack"]
     for label, count in attack["victims_by_attack"].items():
         if label not in config["attacks"]:
@@ -242,6 +306,7 @@ def validate(config: dict | None) -> dict:
     if missing:
         raise ConfigError(f"invalid config: 'attack.seeds' {missing} are not in 'fl.seeds' "
                           f"{config['fl']['seeds']} (attacks observe the FL run of their seed)")
+    _validate_targets(config)
     return config
 
 

@@ -1,26 +1,44 @@
+rule target:
+    # One paper table or figure (a `targets:` entry) from the runs it selects.
+    input:
+        code("report", "metrics"),
+        target_inputs,
+    output:
+        report(
+            directory(paths.target_dir(RESULTS, "{name}")),
+            patterns=["{file}.png", "{file}.csv"],
+            caption="../report/target.rst",
+            category="Paper targets",
+            subcategory="{name}",
+        ),
+    params:
+        spec=target_params,
+        config=CONFIG_JSON,
+    log:
+        paths.log(RESULTS, "target", "{name}"),
+    conda:
+        "../envs/fedleak.yaml"
+    shell:
+        "fedleak target --config {params.config} --name {wildcards.name} 2>&1 | tee {log}"
+
+
 rule aggregate:
     input:
         code("report", "metrics"),
         fl=TARGETS["fl"],
         attacks=TARGETS["attacks"],
         evalnet=TARGETS["evalnet"],
+        targets=TARGETS["targets"],
     output:
         tables=[report(t, caption="../report/table.rst", category="Tables",
                        labels={"table": t.stem})
-                for t in tables()],
-        pmm=[report(paths.figure(RESULTS, f"pmm_vs_psnr_{a}"), caption="../report/pmm_vs_psnr.rst",
-                    category="Trade-off", labels={"figure": "PMM vs PSNR", "attack": a})
-             for a in ATTACKS],
-        tradeoff=[report(paths.figure(RESULTS, f"tradeoff_{m}"), caption="../report/tradeoff.rst",
-                         category="Trade-off", labels={"figure": "PMM vs metric", "metric": m})
-                  for m in ("psnr", "ssim", "lpips", "noise_ratio")],
-        recon=[report(paths.figure(RESULTS, f"recon_{a}"), caption="../report/recon.rst",
-                      category="Reconstructions", labels={"attack": a})
-               for a in ATTACKS],
-        evalnet=report(paths.figure(RESULTS, "evalnet_monotonicity"),
-                       caption="../report/evalnet.rst", category="Evaluation network"),
+                for t in TARGETS["tables"]],
+        figures=[report(f, caption=f"../report/{caption(f)}.rst", category="Figures",
+                        labels={"figure": f.stem})
+                 for f in TARGETS["figures"]],
         report=paths.report(RESULTS),
     params:
+        spec=aggregate_params(),
         config=CONFIG_JSON,
     log:
         paths.log(RESULTS, "aggregate", "report"),

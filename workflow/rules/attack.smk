@@ -1,15 +1,13 @@
 rule attack:
-    # One job per setting and seed: every configured attack against the same defended
-    # uploads (one process, one torch start-up, instead of one per attack).
+    # One job per setting and seed: its attacks against the same defended uploads (one
+    # process, one torch start-up, instead of one per attack).
     input:
         code("data", "models", "fl", "defenses", "attacks", "metrics"),
         attack_job_inputs,
         checkpoint=attack_checkpoint,
     output:
-        metrics=[paths.attack_metrics(RESULTS, "{case}", "{setting}", a, "{seed}")
-                 for a in ATTACKS],
-        recon=[paths.attack_dir(RESULTS, "{case}", "{setting}", a, "{seed}") / "recon.png"
-               for a in ATTACKS],
+        metrics=paths.attack_metrics(RESULTS, "{case}", "{setting}", "{seed}"),
+        details=directory(paths.attack_details(RESULTS, "{case}", "{setting}", "{seed}")),
     params:
         spec=attack_params,
         config=CONFIG_JSON,

@@ -3,12 +3,13 @@ import json
 import sys
 from pathlib import Path
 
+import yaml
 from snakemake.utils import update_config
 
 from fedleak import config as fedleak_config
 from fedleak.experiment import paths, plan
 from fedleak.experiment.artifacts import Job, attack_inputs, defense_inputs
-from fedleak.experiment.phases import outputs
+from fedleak.experiment.phases import missing_datasets, outputs, target_files
 from fedleak.types import Setting
 from fedleak.utils.io import write_json
 
@@ -16,16 +17,28 @@ DEFAULT_CONFIG = "config/config.yaml"
 RESULTS = Path("results")
 
 
+def typed(value):
+    """Snakemake reads nested --config values as text ('3', 'true'): read them as YAML."""
+    if isinstance(value, dict):
+        return {k: typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    try:
+        return yaml.safe_load(value) if isinstance(value, str) and value else value
+    except yaml.YAMLError:
+        return value
+
+
 def load_config():
     """A --configfile is the whole configuration; without one, the embedded default.
     --config key=value overrides apply on top of either. Validated before any job."""
-    given = dict(config)
-    if not workflow.overwrite_configfiles:
-        given = fedleak_config.read(DEFAULT_CONFIG)
-        update_config(given, dict(config))
+    given = {}
     try:
+        for path in workflow.overwrite_configfiles or [DEFAULT_CONFIG]:
+            update_config(given, fedleak_config.read(path))
+        update_config(given, typed(dict(workflow.config_settings.config)))
         return fedleak_config.validate(given)
-    except fedleak_config.ConfigError as error:
+    except (fedleak_config.ConfigError, FileNotFoundError) as error:
         sys.exit(f"fedleak: {error}")
 
 
@@ -37,8 +50,13 @@ CONFIG_JSON = RESULTS / "config.resolved.json"
 if not CONFIG_JSON.is_file() or json.loads(CONFIG_JSON.read_text()) != config:
     write_json(CONFIG_JSON, config)
 TARGETS = outputs(config, RESULTS)
-ATTACKS = plan.attack_labels(config)
 ROUNDS = plan.checkpoint_rounds(config)
+MISSING = missing_datasets(config, RESULTS)
+DRY_RUN = bool(workflow.output_settings and workflow.output_settings.dryrun)
+if MISSING and not DRY_RUN:
+    sys.exit(f"fedleak: {MISSING[0]}")
+for reason in MISSING if DRY_RUN else []:
+    print(f"fedleak: warning: {reason}", file=sys.stderr)
 
 
 def code(*subpackages):
@@ -82,10 +100,11 @@ def attack_job_inputs(wildcards):
 
 def attack_params(wildcards):
     """What an attack job reads from the configuration: a change re-runs it."""
-    resolved = job(wildcards).resolved
+    this = job(wildcards)
+    resolved = this.resolved
     return {"attack": resolved["attack"], "fl": resolved["fl"],
-            "defense": plan.defense_of(resolved, Setting.parse(wildcards.setting)),
-            "attacks": {label: plan.attack_of(resolved, label) for label in ATTACKS}}
+            "defense": plan.defense_of(resolved, this.setting),
+            "attacks": {label: plan.attack_of(resolved, label) for label in this.attacks}}
 
 
 def giml_checkpoint(wildcards):
@@ -93,6 +112,22 @@ def giml_checkpoint(wildcards):
                config["attack"]["seeds"][0]).checkpoint
 
 
-def tables():
-    names = ["utility", "privacy", "tradeoff", "censor_table", "evalnet_monotonicity"]
-    return [paths.table(RESULTS, n) for n in names + (["ablation"] if config["ablations"] else [])]
+def aggregate_params():
+    """What the aggregate reads from the configuration: a change re-runs it."""
+    return {k: config[k] for k in ("title", "attack")}
+
+
+def caption(figure):
+    """The caption file of a standard figure: pmm_vs_psnr, tradeoff, recon or evalnet."""
+    return next(kind for kind in ("pmm_vs_psnr", "tradeoff", "recon", "evalnet")
+                if figure.stem.startswith(kind))
+
+
+def target_inputs(wildcards):
+    return target_files(config, RESULTS, wildcards.name)
+
+
+def target_params(wildcards):
+    """What a target reads from the configuration: a change re-runs it."""
+    return {"target": config["targets"][wildcards.name],
+            "reference": config["reference"].get(wildcards.name)}

@@ -7,10 +7,12 @@ parameters from the schema's defaults (the papers').
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import torch
+from tqdm import tqdm
 
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.types import Observation
@@ -27,6 +29,7 @@ class Reconstruction:
     stop_reason: str
     restart: int = 0
     extra: dict = field(default_factory=dict)
+    snapshots: dict[int, torch.Tensor] = field(default_factory=dict)  # iteration -> images
 
 
 Attack = Callable[..., Reconstruction]
@@ -42,20 +45,29 @@ def build(name: str, **params) -> Attack:
     return _REGISTRY.build(name, **params)
 
 
-def reconstruct_all(attack: Attack, observations: list[Observation]) -> list[Reconstruction]:
+def reconstruct_all(attack: Attack, observations: list[Observation],
+                    snapshots: Collection[int] = (), progress: str | None = None
+                    ) -> list[Reconstruction]:
     """One Reconstruction per observation (victim), vectorised when possible (DESIGN §7).
 
     Victim v is attacked with seed ``attack.seed + v`` (when the attack has a ``seed``),
     as if built with that seed on its own. ``attack.reconstruct_many`` runs all victims
     at once when the attack has it and the problems vectorise: one model object, the
-    same batch size and input shape, Adam, no stopper. Otherwise (L-BFGS attacks such as
-    DLG/iDLG, stoppers, CMA-ES) each victim is attacked in turn with ``attack(obs)``.
+    same batch size and input shape, Adam, no stopper, no snapshots. Otherwise (L-BFGS
+    attacks such as DLG/iDLG, stoppers, CMA-ES) each victim is attacked in turn with
+    ``attack(obs)``, with a progress bar (per victim, with an ETA) labelled ``progress``.
+    ``snapshots`` asks for the reconstructions at those iterations (attacks whose
+    ``__call__`` takes ``snapshots``; ValueError for the others).
     """
     if not observations:
         return []
+    if snapshots and "snapshots" not in inspect.signature(attack.__call__).parameters:
+        raise ValueError(f"{type(attack).__name__} cannot record snapshots; expected "
+                         f"attack.snapshots: [] for it (dlg, idlg and inverting_gradients can)")
     first = observations[0]
     vectorisable = (
         hasattr(attack, "reconstruct_many")
+        and not snapshots
         and len(observations) * getattr(attack, "restarts", 1) > 1  # one problem: loop is faster
         and getattr(attack, "stopper", None) is None
         and getattr(attack, "optimizer", "adam") == "adam"
@@ -63,7 +75,10 @@ def reconstruct_all(attack: Attack, observations: list[Observation]) -> list[Rec
                 and obs.input_shape == first.input_shape for obs in observations))
     if vectorisable:
         return attack.reconstruct_many(observations)
-    return [_for_victim(attack, v)(obs) for v, obs in enumerate(observations)]
+    extra = {"snapshots": snapshots} if snapshots else {}
+    victims = tqdm(list(enumerate(observations)), desc=progress, unit="victim",
+                   disable=progress is None, leave=False)
+    return [_for_victim(attack, v)(obs, **extra) for v, obs in victims]
 
 
 def _for_victim(attack: Attack, victim: int) -> Attack:

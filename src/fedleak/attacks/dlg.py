@@ -13,6 +13,8 @@ succeed, EPAFL reports 0.66 on MNIST).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import torch
 
 from fedleak.attacks.base import Reconstruction, register, stopper_from
@@ -28,7 +30,8 @@ class DLG:
         self.iterations, self.lr, self.restarts, self.seed = iterations, lr, restarts, seed
         self.stopper = stopper_from(stopper)
 
-    def __call__(self, obs: Observation, stopper: Stopper | None = None) -> Reconstruction:
+    def __call__(self, obs: Observation, stopper: Stopper | None = None,
+                 snapshots: Collection[int] = ()) -> Reconstruction:
         rng = torch.Generator().manual_seed(self.seed)
         target = obs.target_gradient()
 
@@ -41,9 +44,11 @@ class DLG:
                 return l2_distance(list(trial.values()), target)
 
             return optimize([x, y], objective, optimizer="lbfgs", lr=self.lr,
-                            iterations=self.iterations, stopper=stopper or self.stopper)
+                            iterations=self.iterations, stopper=stopper or self.stopper,
+                            snapshot_at=snapshots, render=lambda v: v[0])
 
         best, index, seconds = best_of_restarts(run_once, self.restarts)
         x, y = best.variables
         return Reconstruction(x.detach().clamp(0, 1), y.detach().argmax(-1), best.loss_trace,
-                              best.iterations, seconds, best.stop_reason, restart=index)
+                              best.iterations, seconds, best.stop_reason, restart=index,
+                              snapshots=best.snapshots)

@@ -7,6 +7,8 @@ squared L2 gradient distance, as in DLG. ``restarts`` as in ``dlg`` (default 1).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import torch
 
 from fedleak.attacks.base import Reconstruction, register, stopper_from
@@ -23,7 +25,8 @@ class IDLG:
         self.iterations, self.lr, self.restarts, self.seed = iterations, lr, restarts, seed
         self.stopper = stopper_from(stopper)
 
-    def __call__(self, obs: Observation, stopper: Stopper | None = None) -> Reconstruction:
+    def __call__(self, obs: Observation, stopper: Stopper | None = None,
+                 snapshots: Collection[int] = ()) -> Reconstruction:
         labels = idlg_label(obs)
         rng = torch.Generator().manual_seed(self.seed)
         target = obs.target_gradient()
@@ -36,8 +39,10 @@ class IDLG:
                 return l2_distance(list(trial.values()), target)
 
             return optimize([x], objective, optimizer="lbfgs", lr=self.lr,
-                            iterations=self.iterations, stopper=stopper or self.stopper)
+                            iterations=self.iterations, stopper=stopper or self.stopper,
+                            snapshot_at=snapshots, render=lambda v: v[0])
 
         best, index, seconds = best_of_restarts(run_once, self.restarts)
         return Reconstruction(best.variables[0].detach().clamp(0, 1), labels, best.loss_trace,
-                              best.iterations, seconds, best.stop_reason, restart=index)
+                              best.iterations, seconds, best.stop_reason, restart=index,
+                              snapshots=best.snapshots)

@@ -16,7 +16,7 @@ it starts from the images that ``InvertingGradients(seed=seed + v)(obs)`` does.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import torch
 
@@ -45,8 +45,8 @@ class InvertingGradients:
         self.stopper = stopper_from(stopper)
 
     def __call__(self, obs: Observation, stopper: Stopper | None = None,
-                 trial_transform: Callable[[Update, torch.Tensor], Update] | None = None
-                 ) -> Reconstruction:
+                 trial_transform: Callable[[Update, torch.Tensor], Update] | None = None,
+                 snapshots: Collection[int] = ()) -> Reconstruction:
         labels = obs.labels.to(obs.device) if obs.labels is not None else idlg_label(obs)
         target = obs.target_gradient()
         names = [n for n, _ in obs.model.named_parameters()]
@@ -65,11 +65,13 @@ class InvertingGradients:
             return optimize([x], objective, optimizer="adam", lr=self.lr,
                             iterations=self.iterations, signed=self.signed,
                             milestones=MILESTONES, project=clamp_unit if self.boxed else None,
-                            stopper=stopper or self.stopper)
+                            stopper=stopper or self.stopper, snapshot_at=snapshots,
+                            render=lambda v: v[0])
 
         best, index, seconds = best_of_restarts(run_once, self.restarts)
         return Reconstruction(best.variables[0].detach().clamp(0, 1), labels, best.loss_trace,
-                              best.iterations, seconds, best.stop_reason, restart=index)
+                              best.iterations, seconds, best.stop_reason, restart=index,
+                              snapshots=best.snapshots)
 
     def reconstruct_many(self, observations: list[Observation]) -> list[Reconstruction]:
         """One Reconstruction per observation, all victims x restarts optimised together.

@@ -18,8 +18,8 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 
 import torch
@@ -69,6 +69,7 @@ class Trajectory:
     loss_trace: list[float]
     iterations: int
     stop_reason: str
+    snapshots: dict[int, torch.Tensor] = field(default_factory=dict)
 
     @property
     def final_loss(self) -> float:
@@ -79,11 +80,15 @@ def optimize(variables: list[torch.Tensor], objective: Callable[[], torch.Tensor
              optimizer: str, lr: float, iterations: int, signed: bool = False,
              milestones: Sequence[float] = (), gamma: float = 0.1,
              project: Callable[[list[torch.Tensor]], None] | None = None,
-             stopper: Stopper | None = None) -> Trajectory:
+             stopper: Stopper | None = None, snapshot_at: Collection[int] = (),
+             render: Callable[[list[torch.Tensor]], torch.Tensor] | None = None) -> Trajectory:
     """Minimise ``objective()`` over ``variables`` in place; returns the trajectory.
 
     ``milestones`` are fractions of ``iterations`` at which the lr is multiplied by
     ``gamma``. A non-finite loss stops the run and restores the last finite iterate.
+    ``render(variables)`` (the images, in [0, 1] after clamping) is recorded at each
+    iteration of ``snapshot_at`` (0: the start); iterations after the run stopped early
+    get its final images.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
@@ -110,6 +115,14 @@ def optimize(variables: list[torch.Tensor], objective: Callable[[], torch.Tensor
     trace: list[float] = []
     last_good = [v.detach().clone() for v in variables]
     reason = "max_iterations"
+    snapshots: dict[int, torch.Tensor] = {}
+
+    def snapshot(t: int) -> None:
+        if t in snapshot_at:
+            with torch.no_grad():
+                snapshots[t] = render(variables).detach().clamp(0, 1).cpu()
+
+    snapshot(0)
     for _ in range(iterations):
         if optimizer == "lbfgs":
             loss = float(opt.step(closure).detach())
@@ -129,10 +142,14 @@ def optimize(variables: list[torch.Tensor], objective: Callable[[], torch.Tensor
         trace.append(loss)
         for v, good in zip(variables, last_good):
             good.copy_(v.detach())
+        snapshot(len(trace))
         if stopper is not None and (why := stopper.update(loss)) is not None:
             reason = why
             break
-    return Trajectory(variables, trace, len(trace), reason)
+    if snapshot_at:
+        final = render(variables).detach().clamp(0, 1).cpu()
+        snapshots.update({t: final for t in snapshot_at if t > len(trace)})
+    return Trajectory(variables, trace, len(trace), reason, snapshots)
 
 
 def best_of_restarts(run_once: Callable[[int], Trajectory], restarts: int

@@ -8,6 +8,13 @@
   root laid out as torchvision does (``<root>/MNIST/raw/``).
 - ``cifar10``, ``cifar100``, ``svhn``: torchvision's datasets from a local root,
   downloaded by torchvision only when ``download`` is set.
+- ``imagenet``, ``tinyimagenet``, ``ffhq``: a local folder in torchvision's ImageFolder
+  layout, ``<root>/<split>/<class>/<image>``, center-cropped and resized to ``size``
+  (the first ``max_images`` in folder order).
+
+Smoke runs replace a paper dataset by a stand-in of its image shape and class count
+(``stand_in``): ``digits`` (the bundled digits resized, labels kept) or ``fake``
+(torchvision's FakeData: seeded noise, for shapes only).
 """
 
 from __future__ import annotations
@@ -22,9 +29,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-DATASETS = ("digits", "natural", "mnist", "cifar10", "cifar100", "svhn")
+DATASETS = ("digits", "natural", "mnist", "cifar10", "cifar100", "svhn", "imagenet",
+            "tinyimagenet", "ffhq")
+IMAGE_FOLDERS = {"imagenet": 1000, "tinyimagenet": 200, "ffhq": 10}  # classes
 TORCHVISION = {"cifar10": ("CIFAR10", "cifar-10-batches-py"),
                "cifar100": ("CIFAR100", "cifar-100-python"), "svhn": ("SVHN", "svhn")}
+# (channels, height, width, classes) of the datasets a stand-in imitates
+SHAPES = {"mnist": (1, 28, 28, 10), "cifar10": (3, 32, 32, 10), "cifar100": (3, 32, 32, 100),
+          "svhn": (3, 32, 32, 10), "imagenet": (3, 64, 64, 1000),
+          "tinyimagenet": (3, 64, 64, 200), "ffhq": (3, 32, 32, 10)}
+STAND_IN_SIZE = 1000
 NATURAL_PHOTOS = (
     "astronaut", "brick", "camera", "cat", "coffee", "coins", "grass", "gravel",
     "hubble_deep_field", "immunohistochemistry", "moon", "retina", "rocket", "text",
@@ -174,10 +188,86 @@ def load_torchvision(name: str, root: str | Path, split: str = "train",
     return ImageData(x, torch.as_tensor(np.asarray(labels), dtype=torch.int64), classes)
 
 
+def load_image_folder(name: str, root: str | Path, split: str = "val", size: int = 64,
+                      max_images: int = 50000) -> ImageData:
+    """``<root>/<split>/<class>/*`` through torchvision's ImageFolder, center-cropped to a
+    square and resized to ``size``; labels are the class folders in sorted order."""
+    from torchvision import transforms
+    from torchvision.datasets import ImageFolder
+
+    folder = Path(root) / split
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{name}: no folder {folder}; expected torchvision's ImageFolder "
+                                f"layout <root>/<split>/<class>/<image> (datasets.{name}.root)")
+    prepare = transforms.Compose([transforms.Resize(size), transforms.CenterCrop(size),
+                                  transforms.PILToTensor()])
+    dataset = ImageFolder(str(folder), transform=prepare)
+    count = min(len(dataset), max_images)
+    images, labels = zip(*(dataset[i] for i in range(count)))
+    x = torch.stack(images).float() / 255.0
+    return ImageData(x, torch.as_tensor(labels, dtype=torch.int64),
+                     max(IMAGE_FOLDERS[name], len(dataset.classes)))
+
+
+def load_stand_in(name: str, kind: str, seed: int = 0) -> ImageData:
+    """Bundled data in the image shape and class count of ``name`` (smoke runs)."""
+    if name not in SHAPES:
+        raise ValueError(f"no stand-in shape for dataset {name!r}; expected one of "
+                         f"{sorted(SHAPES)}")
+    channels, height, width, classes = SHAPES[name]
+    if kind == "digits":
+        digits = load_digits(channels, height)
+        x = F.interpolate(digits.x, size=(height, width), mode="bilinear", align_corners=False)
+        return ImageData(x.clamp(0, 1).contiguous(), digits.y, classes)
+    if kind == "fake":
+        from torchvision.datasets import FakeData
+        from torchvision.transforms.functional import pil_to_tensor
+
+        fake = FakeData(STAND_IN_SIZE, (channels, height, width), classes, random_offset=seed)
+        images, labels = zip(*((pil_to_tensor(image), label) for image, label in fake))
+        x = torch.stack(images).float() / 255.0
+        return ImageData(x, torch.as_tensor(labels, dtype=torch.int64), classes)
+    raise ValueError(f"stand_in must be 'digits' or 'fake', got {kind!r}")
+
+
+def missing(name: str, options: dict) -> str | None:
+    """Why dataset ``name`` cannot be loaded with ``options`` before any job runs (a local
+    root without its files and no download asked for), or None when it can."""
+    if options.get("stand_in") or options.get("download") or name not in {
+            "mnist", *TORCHVISION, *IMAGE_FOLDERS}:
+        return None
+    root = Path(options["root"])
+    if name in IMAGE_FOLDERS:
+        where = root / options["split"]
+        if where.is_dir():
+            return None
+        return (f"dataset {name!r} not found at {where}: put it there in torchvision's "
+                f"ImageFolder layout ({where}/<class>/<image>) or set datasets.{name}.root")
+    if name == "mnist":
+        raw = root / "MNIST" / "raw"
+        prefix = "t10k" if options.get("split", "test") == "test" else "train"
+        found = any((raw / f"{prefix}-images-idx3-ubyte{gz}").is_file() for gz in ("", ".gz"))
+        where, how = raw, "torchvision.datasets.MNIST(root, download=True)"
+    else:
+        where = root / TORCHVISION[name][1]
+        found = where.exists()
+        how = f"torchvision.datasets.{TORCHVISION[name][0]}(root, download=True)"
+    if found:
+        return None
+    return (f"dataset {name!r} not found at {where}: set datasets.{name}.root to the folder "
+            f"that holds it, get it with {how} where a network is available, or set "
+            f"datasets.{name}.download: true")
+
+
 def load(name: str, **options) -> ImageData:
-    """Load a dataset by name; options are those of the loader."""
+    """Load a dataset by name; options are those of the loader (``stand_in``: smoke data)."""
+    stand_in = options.pop("stand_in", None)
+    if stand_in:
+        return load_stand_in(name, stand_in)
     if name in TORCHVISION:
         return load_torchvision(name, **options)
+    if name in IMAGE_FOLDERS:
+        return load_image_folder(name, **options)
     loaders = {"digits": load_digits, "natural": load_natural, "mnist": load_mnist}
     if name not in loaders:
         raise ValueError(f"unknown dataset {name!r}; expected one of {sorted(loaders)}")

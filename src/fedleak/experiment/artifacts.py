@@ -31,8 +31,7 @@ class Job:
 
     def __post_init__(self) -> None:
         self.results = Path(self.results)
-        plan.find_case(self.config, self.case)
-        plan.check_setting(self.config, self.setting)
+        plan.check_setting(self.config, self.case, self.setting)
 
     @cached_property
     def spec(self) -> dict:
@@ -47,6 +46,11 @@ class Job:
     @property
     def dataset(self) -> str:
         return self.spec["dataset"]
+
+    @property
+    def attacks(self) -> tuple[str, ...]:
+        """The attack labels this job's attack phase runs."""
+        return plan.jobs(self.config).get((self.case, self.setting), ())
 
     @property
     def data_dir(self) -> Path:
@@ -119,19 +123,26 @@ def defense_inputs(job: Job) -> list[Path]:
     return _files(defense_needs(job), job)
 
 
+def metric_needs(job: Job) -> dict[str, str]:
+    """The noise-ratio metric needs the evaluation network."""
+    return {"metric": "evalnet"} if "noise_ratio" in job.resolved["attack"]["metrics"] else {}
+
+
 def attack_inputs(job: Job) -> list[Path]:
-    """The files an attack job loads: every configured attack's artifacts, the defense's,
-    and the evaluation network of the noise-ratio metric."""
-    files = [*defense_inputs(job), *KINDS["evalnet"].files(job)]
-    for label in plan.attack_labels(job.config):
+    """The files an attack job loads: its attacks' artifacts, the defense's, and the
+    evaluation network when the noise-ratio metric is asked for."""
+    files = [*defense_inputs(job), *_files(metric_needs(job), job)]
+    for label in job.attacks:
         files += _files(attack_needs(job, label), job)
     return sorted(set(files))
 
 
 def kinds_needed(job: Job) -> set[str]:
-    """Every artifact kind the job's defense and attacks declare."""
+    """Every artifact kind the job's defense, attacks and metrics need."""
     kinds = set(defense_needs(job).values())
-    for label in plan.attack_labels(job.config):
+    if job.attacks:
+        kinds |= set(metric_needs(job).values())
+    for label in job.attacks:
         kinds |= set(attack_needs(job, label).values())
     return kinds
 

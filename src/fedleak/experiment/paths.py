@@ -42,12 +42,22 @@ def checkpoint(results: Path, case: str, setting: Part, seed: Part, round_: Part
     return fl_dir(results, case, setting, seed) / f"round{round_}.pt"
 
 
-def attack_dir(results: Path, case: str, setting: Part, attack: str, seed: Part) -> Path:
-    return Path(results) / "attacks" / case / str(setting) / attack / f"seed{seed}"
+def attack_dir(results: Path, case: str, setting: Part, seed: Part) -> Path:
+    return Path(results) / "attacks" / case / str(setting) / f"seed{seed}"
 
 
-def attack_metrics(results: Path, case: str, setting: Part, attack: str, seed: Part) -> Path:
-    return attack_dir(results, case, setting, attack, seed) / "metrics.json"
+def attack_metrics(results: Path, case: str, setting: Part, seed: Part) -> Path:
+    return attack_dir(results, case, setting, seed) / "metrics.json"
+
+
+def attack_details(results: Path, case: str, setting: Part, seed: Part) -> Path:
+    """Per attack: recon_<attack>.png, and snapshots_<attack>.npy / traces_<attack>.json."""
+    return attack_dir(results, case, setting, seed) / "details"
+
+
+def target_dir(results: Path, name: str) -> Path:
+    """A paper target's files: <name>.csv, <name>_vs_paper.csv, <name>.png, summary.json."""
+    return Path(results) / "targets" / name
 
 
 def table(results: Path, name: str) -> Path:

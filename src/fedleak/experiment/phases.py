@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from fedleak import attacks, data, defenses, metrics, models
 from fedleak.attacks.bn_statistics import batch_statistics
@@ -19,7 +18,7 @@ from fedleak.experiment import paths, plan
 from fedleak.experiment.artifacts import Job, build_attack, build_defense, kinds_needed
 from fedleak.fl import FLSettings, client_update, run_federated
 from fedleak.types import Observation, Setting
-from fedleak.utils.io import load_torch, save_image_grid, save_torch, write_json
+from fedleak.utils.io import load_torch, save_image_grid, save_npy, save_torch, write_json
 from fedleak.utils.seeding import child_seeds, seed_everything
 
 NONE = Setting("none", 0)
@@ -31,6 +30,13 @@ def _loader_options(config: dict, dataset: str) -> tuple[dict, dict, int]:
     splits = spec.pop("splits")
     seed = spec.pop("split_seed", spec.get("seed"))
     return spec, splits, seed
+
+
+def missing_datasets(config: dict, results: Path) -> list[str]:
+    """Why each planned dataset that is not prepared yet cannot be loaded (empty: all can)."""
+    needed = [p.parent.name for p in outputs(config, results)["data"] if not p.is_file()]
+    return [reason for name in needed
+            if (reason := data.datasets.missing(name, config["datasets"][name]))]
 
 
 def prepare_data(config: dict, results: Path, dataset: str) -> None:
@@ -206,93 +212,207 @@ def _victims(job: Job, model: torch.nn.Module, train: data.ImageData,
     return observations, truths
 
 
-def _victim_record(v: int, truth: tuple, rec: attacks.Reconstruction,
-                   evalnet: torch.nn.Module) -> tuple[dict, torch.Tensor]:
+IMAGE_METRICS = {"psnr": metrics.psnr, "ssim": metrics.ssim, "mse": metrics.mse,
+                 "lpips": metrics.lpips}
+
+
+def _victim_record(v: int, truth: tuple, rec: attacks.Reconstruction, wanted: list[str],
+                   evalnet: torch.nn.Module | None) -> tuple[dict, torch.Tensor]:
+    """One victim's metrics (batch means, and per image for batches of more than one)."""
     idx, x, y = truth
     matched = metrics.match(rec.images.cpu(), x)
     single = len(y) == 1
-    return {
+    record = {
         "victim": v, "indices": idx.tolist(),
         "label": y.tolist()[0] if single else sorted(y.tolist()),
         "predicted_label": rec.labels.tolist()[0] if single else sorted(rec.labels.tolist()),
-        "psnr": metrics.psnr(matched, x), "ssim": metrics.ssim(matched, x),
-        "mse": metrics.mse(matched, x), "lpips": metrics.lpips(matched, x),
-        "noise_ratio": metrics.noise_ratio(matched, evalnet),
         "iterations": rec.iterations, "stop_reason": rec.stop_reason,
         "final_loss": rec.loss_trace[-1] if rec.loss_trace else None,
         "wall_time": rec.wall_time,
-    }, matched
+    }
+    for name in wanted:
+        values = (metrics.noise_ratio(matched, evalnet, reduction="none") if name == "noise_ratio"
+                  else IMAGE_METRICS[name](matched, x, reduction="none"))
+        record[name] = float(np.mean(values))
+        if not single:
+            record[f"{name}_per_image"] = [float(value) for value in values]
+    return record, matched
+
+
+def _save_details(out: Path, label: str, recs: list[attacks.Reconstruction], truths: list,
+                  matched: list[torch.Tensor], spec: dict) -> None:
+    """The reconstruction grid, and the snapshots and loss traces when asked for."""
+    shown = min(spec["grid_victims"], len(recs))
+    truth_images = torch.cat([t[1] for t in truths[:shown]])
+    save_image_grid(torch.cat([truth_images, torch.cat(matched[:shown])]),
+                    out / f"recon_{label}.png", nrow=len(truth_images))
+    if spec["snapshots"]:  # (victims, snapshots + the truth, batch, C, H, W), uint8
+        frames = np.stack([np.stack([*(metrics.match(rec.snapshots[t], truth[1]).numpy()
+                                       for t in spec["snapshots"]), truth[1].numpy()])
+                           for rec, truth in zip(recs, truths)])
+        save_npy(out / f"snapshots_{label}.npy", (frames * 255).round().astype(np.uint8))
+    if spec["traces"]:
+        write_json(out / f"traces_{label}.json", [rec.loss_trace for rec in recs])
 
 
 def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: int) -> None:
-    """Every configured attack against the same defended uploads of one setting."""
+    """The job's attacks, each against the same defended uploads of one setting."""
     job = Job(config, results, case, setting, seed)
+    labels = job.attacks
+    if not labels:
+        raise ValueError(f"setting {setting.text!r} of case {case!r} is planned for FL only; "
+                         f"no attack runs on it")
     spec = job.resolved["attack"]
     seeds = child_seeds(seed, ["victims", "defense", "attack"])
     seed_everything(seeds["attack"], config["threads"])
     train = data.load_prepared(job.data_dir, "train")
     model = _model_at(job, train, job.checkpoint).to(resolve_device(config["device"]))
     defense = build_defense(job, model)
-    labels = plan.attack_labels(config)
     built = {label: build_attack(job, label, model, defense, seeds["attack"]) for label in labels}
-    evalnet = models.evalnet.load_evaluation_network(paths.evalnet_file(results, job.dataset))
+    evalnet = (models.evalnet.load_evaluation_network(paths.evalnet_file(results, job.dataset))
+               if "noise_ratio" in spec["metrics"] else None)
     observations, truths = _victims(job, model, train, defense, seeds)
-    for label in tqdm(labels, desc=f"attacks vs {setting}", leave=False):
+    out = paths.attack_dir(results, case, setting, seed)
+    runs = {}
+    for label in labels:
         count = plan.victims(job.resolved, label)
-        recs = attacks.reconstruct_all(built[label], observations[:count])  # victim v: seed + v
-        records, matched = zip(*(_victim_record(v, truth, rec, evalnet)
+        recs = attacks.reconstruct_all(built[label], observations[:count], spec["snapshots"],
+                                       progress=f"{label} vs {setting}")
+        records, matched = zip(*(_victim_record(v, truth, rec, spec["metrics"], evalnet)
                                  for v, (truth, rec) in enumerate(zip(truths, recs))))
-        out_dir = paths.attack_dir(results, case, setting, label, seed)
-        shown = min(spec["grid_victims"], count)
-        truth_images = torch.cat([t[1] for t in truths[:shown]])
-        save_image_grid(torch.cat([truth_images, torch.cat(matched[:shown])]),
-                        out_dir / "recon.png", nrow=len(truth_images))
-        write_json(out_dir / "metrics.json", {
-            "case": case, "setting": setting.text, "defense": setting.label,
-            "strength": setting.strength, "attack": label, "seed": seed,
-            "round": spec["round"], "params": plan.attack_of(job.resolved, label)[1],
-            "victims": list(records), "lpips_unavailable": metrics.lpips_unavailable_reason(),
-        })
-        mean_psnr = float(np.mean([r["psnr"] for r in records]))
-        print(f"{label} vs {setting}: mean PSNR {mean_psnr:.2f} dB", file=sys.stderr)
+        _save_details(paths.attack_details(results, case, setting, seed), label, recs, truths,
+                      list(matched), spec)
+        runs[label] = {"attack": plan.attack_of(job.resolved, label)[0],
+                       "params": plan.attack_of(job.resolved, label)[1], "victims": list(records)}
+        summary = ", ".join(f"{m} {np.mean([r[m] for r in records]):.4g}"
+                            for m in spec["metrics"][:2])
+        print(f"{label} vs {setting}: {summary} over {count} victims", file=sys.stderr)
+    write_json(out / "metrics.json", {
+        "case": case, "setting": setting.text, "defense": setting.label,
+        "strength": setting.strength, "seed": seed, "round": spec["round"], "runs": runs,
+        "snapshots": spec["snapshots"], "lpips_unavailable": metrics.lpips_unavailable_reason(),
+    })
 
 
 def outputs(config: dict, results: Path) -> dict[str, list[Path]]:
     """Every artifact the configuration asks for, by phase (the Snakemake targets). The GAN
-    prior, GIML's generators and the data they train on appear only when a configured
-    attack or defense needs them."""
-    cases = plan.case_names(config)
-    datasets = sorted({plan.find_case(config, c)["dataset"] for c in cases})
-    out: dict[str, list[Path]] = {"fl": [], "attacks": [], "gan": [], "giml": []}
-    for case in cases:
-        for setting in plan.settings(config):
-            for seed in config["attack"]["seeds"]:
-                out["attacks"] += [paths.attack_metrics(results, case, setting, label, seed)
-                                   for label in plan.attack_labels(config)]
-                kinds = kinds_needed(Job(config, results, case, setting, seed))
-                if "gan" in kinds:
-                    out["gan"].append(paths.gan_file(results, config["gan"]["dataset"]))
-                if "giml_generator" in kinds:
-                    out["giml"].append(paths.giml_file(results, case))
-        out["fl"] += [paths.fl_metrics(results, case, s, seed)
-                      for s in plan.fl_settings(config) for seed in config["fl"]["seeds"]]
-    out["gan"], out["giml"] = sorted(set(out["gan"])), sorted(set(out["giml"]))
-    prepared = {*datasets, config["evalnet"]["dataset"]}
+    prior, GIML's generators, the evaluation network and the data they train on appear only
+    when a planned defense, attack or metric needs them."""
+    out: dict[str, list[Path]] = {"fl": [], "attacks": [], "gan": [], "giml": [],
+                                  "evalnet": []}
+    for case, setting in plan.fl_jobs(config):
+        out["fl"] += [paths.fl_metrics(results, case, setting, seed)
+                      for seed in config["fl"]["seeds"]]
+    for case, setting in plan.jobs(config):
+        job = Job(config, results, case, setting, config["attack"]["seeds"][0])
+        kinds = kinds_needed(job)
+        if job.attacks:
+            out["attacks"] += [paths.attack_metrics(results, case, setting, seed)
+                               for seed in config["attack"]["seeds"]]
+        if "gan" in kinds:
+            out["gan"].append(paths.gan_file(results, config["gan"]["dataset"]))
+        if "giml_generator" in kinds:
+            out["giml"].append(paths.giml_file(results, case))
+        if "evalnet" in kinds:
+            out["evalnet"].append(paths.evalnet_file(results, job.dataset))
+    for key in ("gan", "giml", "evalnet"):
+        out[key] = sorted(set(out[key]))
+    datasets = {plan.find_case(config, case)["dataset"] for case in plan.case_names(config)}
+    if out["evalnet"]:
+        datasets.add(config["evalnet"]["dataset"])
     if out["gan"]:
-        prepared.add(config["gan"]["dataset"])
-    out["data"] = [paths.data_manifest(results, d) for d in sorted(prepared)]
-    out["evalnet"] = [paths.evalnet_file(results, d) for d in datasets]
+        datasets.add(config["gan"]["dataset"])
+    out["data"] = [paths.data_manifest(results, d) for d in sorted(datasets)]
+    out["tables"] = [paths.table(results, name) for name in tables(config)]
+    out["figures"] = [paths.figure(results, name) for name in figures(config)]
+    out["targets"] = [paths.target_dir(results, name) for name in plan.targets(config)]
     out["report"] = [paths.report(results)]
     return out
 
 
+def tables(config: dict) -> list[str]:
+    """The standard tables: every FL and attack run of the plan, row by row and summarised."""
+    names = ["utility", "privacy", "tradeoff", "timing"]
+    if not config["targets"]:
+        names.append("censor_table")
+    if any(job_needs_evalnet(config, case, s) for case, s in plan.jobs(config)):
+        names.append("evalnet_monotonicity")
+    return names
+
+
+def figures(config: dict) -> list[str]:
+    """The standard figures of a configuration without targets (its targets draw their own)."""
+    if config["targets"]:
+        return []
+    labels = plan.attack_labels(config)
+    return ([f"pmm_vs_psnr_{a}" for a in labels] + [f"recon_{a}" for a in labels]
+            + [f"tradeoff_{m}" for m in ("psnr", "ssim", "lpips", "noise_ratio")]
+            + (["evalnet_monotonicity"] if "evalnet_monotonicity" in tables(config) else []))
+
+
+def job_needs_evalnet(config: dict, case: str, setting: Setting) -> bool:
+    return "evalnet" in kinds_needed(Job(config, Path("results"), case, setting,
+                                         config["attack"]["seeds"][0]))
+
+
+def write_target(config: dict, results: Path, name: str) -> None:
+    """One paper target's table, comparison with the paper and figure."""
+    from fedleak import report
+    from fedleak.experiment.gather import target_inputs
+
+    if name not in config["targets"]:
+        raise ValueError(f"target {name!r} is not configured; expected one of "
+                         f"{plan.targets(config)}")
+    result = report.write_target(name, config["targets"][name],
+                                 target_inputs(config, results, name),
+                                 config["reference"].get(name), paths.target_dir(results, name))
+    print(f"{name}: {', '.join(str(f) for f in result.files)}", file=sys.stderr)
+
+
+def target_files(config: dict, results: Path, name: str) -> list[Path]:
+    """The metrics files a target reads (its FL runs, the undefended ones, its attack jobs)."""
+    files, planned = set(), set(plan.fl_jobs(config))
+    for point in (p for p in plan.points(config) if p.target == name):
+        for setting in (plan.fl_setting(point.setting), NONE):
+            if (point.case, setting) in planned:
+                files |= {paths.fl_metrics(results, point.case, setting, seed)
+                          for seed in config["fl"]["seeds"]}
+        if point.attacks:
+            files |= {paths.attack_metrics(results, point.case, point.setting, seed)
+                      for seed in config["attack"]["seeds"]}
+    return sorted(files)
+
+
 def aggregate(config: dict, results: Path) -> None:
-    """Tables, figures and report.md from every FL and attack run of the configuration."""
+    """The standard tables and figures and report.md (with every target's result)."""
     from fedleak import report
 
     wanted = outputs(config, results)
     evalnet_json = [p.with_suffix(".json") for p in wanted["evalnet"]]
-    tables = report.write_tables(wanted["fl"], wanted["attacks"], evalnet_json,
-                                 results / "tables", plan.ablation_points(config))
-    figures = report.write_figures(tables, wanted["attacks"], results / "figures")
-    report.write_report(tables, figures, paths.report(results), title=config["title"])
+    tables_ = report.write_tables(wanted["fl"], wanted["attacks"], evalnet_json,
+                                  results / "tables", tables(config))
+    figures_ = report.write_figures(tables_, wanted["attacks"], results / "figures",
+                                    figures(config))
+    targets = [report.load_target(path) for path in wanted["targets"]]
+    report.write_report(tables_, figures_, targets, paths.report(results), title=config["title"])
+
+
+def compare(config: dict, results: Path) -> str:
+    """Every target's numbers beside the paper's, as text (``fedleak compare``)."""
+    from fedleak.experiment.gather import target_inputs
+    from fedleak.report.targets import build_table
+    from fedleak.report.targets import compare as beside
+
+    blocks = []
+    for name in (t for t in plan.targets(config) if t in config["reference"]):
+        reference, spec = config["reference"][name], config["targets"][name]
+        if "table" not in spec:
+            continue
+        table = build_table(spec["table"], target_inputs(config, results, name))
+        keys = [*spec["table"]["rows"], *spec["table"].get("columns", [])]
+        comparison, agreement = beside(table, keys, reference)
+        order = ", ".join(f"{m} {a}" for m, a in agreement.items())
+        blocks.append(f"{name}: {spec['title']} ({reference['source']})\n"
+                      f"{comparison.to_string(index=False, float_format=lambda v: f'{v:.4g}')}\n"
+                      f"order of rows agrees with the paper for: {order}\n")
+    return "\n".join(blocks) or "no target has reference numbers\n"

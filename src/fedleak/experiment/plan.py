@@ -1,10 +1,18 @@
-"""What a validated configuration asks for: its cases, its settings (one per defense
-strength and per ablation point), its attack labels, and each setting's resolved
-configuration."""
+"""What a validated configuration asks for: its cases, its points (case x setting x attack
+labels, per target and series), the jobs they make, and each setting's resolved
+configuration.
+
+Without ``targets`` the plan is every case x every defense point x every attack. With
+targets it is the union of what their selections name: each selection's cases x defense
+points x one point per combination of its sweep values.
+"""
 
 from __future__ import annotations
 
 import copy
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from fedleak import config as cfg
@@ -31,6 +39,19 @@ def find_case(config: dict, name: str) -> dict:
     raise cfg.ConfigError(f"unknown case {name!r}; expected one of {case_names(config)}")
 
 
+@dataclass(frozen=True)
+class Point:
+    """One case x setting that a target (None: the default plan) needs, the attack labels it
+    runs there, the series it belongs to and the values its selection swept."""
+
+    target: str | None
+    series: str
+    case: str
+    setting: Setting
+    attacks: tuple[str, ...]
+    swept: tuple[tuple[str, Any], ...] = ()
+
+
 def _base_value(config: dict, setting: Setting, key: str) -> Any:
     if "." in key:
         return cfg.get_path(config, key)
@@ -43,33 +64,88 @@ def normalize(config: dict, setting: Setting) -> Setting:
     return Setting.of(setting.defense, setting.strength, kept)
 
 
+def _override(key: str, defense: str, attacks: tuple[str, ...]) -> str | None:
+    """The Setting override key of a swept path for this defense and these attacks, or None
+    when the path does not concern them (another defense's or attack's parameter)."""
+    parts = key.split(".")
+    if parts[0] == "defenses":
+        return ".".join(parts[3:]) if parts[1] == defense else None
+    if parts[0] == "attacks" and parts[1] not in attacks:
+        return None
+    return key
+
+
+def _selection_points(config: dict, target: str, selection: dict) -> Iterator[Point]:
+    datasets = selection.get("datasets")
+    cases = [case_name(c) for c in config["cases"] if datasets is None or c["dataset"] in datasets]
+    defenses = selection.get("defenses", sorted(config["defenses"]))
+    attacks = tuple(selection.get("attacks", sorted(config["attacks"])))
+    sweep = selection.get("sweep", {})
+    keys = sorted(sweep)
+    for case in cases:
+        for label in defenses:
+            strengths = config["defenses"][label]["strengths"]
+            if "strengths" in selection:
+                strengths = [s for s in strengths if s in selection["strengths"]]
+            for strength in strengths:
+                for values in itertools.product(*(sweep[k] for k in keys)):
+                    swept = tuple(zip(keys, values))
+                    overrides = {_override(k, label, attacks): v for k, v in swept}
+                    overrides.pop(None, None)
+                    setting = normalize(config, Setting.of(label, strength, overrides))
+                    yield Point(target, selection.get("series", ""), case, setting, attacks,
+                                swept)
+
+
+def target_order(name: str) -> tuple:
+    """Tables before figures, each in the paper's numbering (table2 before table10)."""
+    kind = next((i for i, prefix in enumerate(("table", "fig")) if name.startswith(prefix)), 2)
+    digits = "".join(ch for ch in name if ch.isdigit())
+    return kind, int(digits) if digits else 0, name
+
+
+def targets(config: dict) -> list[str]:
+    return sorted(config["targets"], key=target_order)
+
+
+def points(config: dict) -> list[Point]:
+    """Every point the configuration plans, target by target (in the targets' order)."""
+    if not config["targets"]:
+        return [Point(None, "", case, Setting.of(label, strength), tuple(sorted(config["attacks"])))
+                for case in case_names(config)
+                for label in sorted(config["defenses"])
+                for strength in config["defenses"][label]["strengths"]]
+    return [p for name, target in config["targets"].items() for selection in target["select"]
+            for p in _selection_points(config, name, selection)]
+
+
+def jobs(config: dict) -> dict[tuple[str, Setting], tuple[str, ...]]:
+    """(case, setting) -> the attack labels its attack job runs (empty: FL only)."""
+    out: dict[tuple[str, Setting], set[str]] = {}
+    for point in points(config):
+        out.setdefault((point.case, point.setting), set()).update(point.attacks)
+    return {key: tuple(sorted(labels)) for key, labels in sorted(out.items(),
+                                                                 key=lambda kv: (kv[0][0],
+                                                                                 kv[0][1].text))}
+
+
+def attack_jobs(config: dict) -> dict[tuple[str, Setting], tuple[str, ...]]:
+    """The jobs that run at least one attack."""
+    return {key: labels for key, labels in jobs(config).items() if labels}
+
+
+def job_attacks(config: dict, case: str, setting: Setting) -> tuple[str, ...]:
+    """The attack labels the job (case, setting) runs; ConfigError if it is not planned."""
+    planned = jobs(config)
+    if (case, setting) not in planned:
+        raise cfg.ConfigError(f"setting {setting.text!r} of case {case!r} is not planned by this "
+                              f"configuration; `fedleak plan` lists what is")
+    return planned[case, setting]
+
+
 def settings(config: dict) -> list[Setting]:
-    """Every setting: each strength of each defense label, then each ablation point."""
-    points = [Setting.of(label, strength)
-              for label in sorted(config["defenses"])
-              for strength in config["defenses"][label]["strengths"]]
-    for label in sorted(config["ablations"]):
-        ablation = config["ablations"][label]
-        for param in sorted(ablation["sweep"]):
-            points += [normalize(config, Setting.of(label, ablation["strength"], {param: value}))
-                       for value in ablation["sweep"][param]]
-    return list(dict.fromkeys(points))
-
-
-def ablation_points(config: dict) -> list[dict]:
-    """Each value of each ablation sweep (and the configured default value), with the label
-    of the setting that runs it, sorted as the ablation table lists them."""
-    points = []
-    for label in sorted(config["ablations"]):
-        ablation = config["ablations"][label]
-        for param in sorted(ablation["sweep"]):
-            default = config["defenses"][label]["params"][param]
-            for value in sorted({*ablation["sweep"][param], default}):
-                setting = normalize(config, Setting.of(label, ablation["strength"], {param: value}))
-                points.append({"defense": label, "param": param, "value": value,
-                               "default": value == default,
-                               "strength": float(ablation["strength"]), "label": setting.label})
-    return points
+    """Every planned setting, sorted by its text."""
+    return sorted({s for _, s in jobs(config)}, key=lambda s: s.text)
 
 
 def fl_setting(setting: Setting) -> Setting:
@@ -77,17 +153,18 @@ def fl_setting(setting: Setting) -> Setting:
     return setting.without(ATTACK_KEYS)
 
 
-def fl_settings(config: dict) -> list[Setting]:
-    return list(dict.fromkeys(fl_setting(s) for s in settings(config)))
+def fl_jobs(config: dict) -> list[tuple[str, Setting]]:
+    """Every (case, FL setting) to train."""
+    return sorted({(case, fl_setting(s)) for case, s in jobs(config)},
+                  key=lambda cs: (cs[0], cs[1].text))
 
 
-def check_setting(config: dict, setting: Setting) -> None:
-    """ConfigError unless ``setting`` is one of the configuration's settings."""
-    known = {s: None for s in settings(config)}
-    known.update({fl_setting(s): None for s in known})
-    if setting not in known:
-        raise cfg.ConfigError(f"setting {setting.text!r} is not planned by this configuration; "
-                              f"expected one of {[s.text for s in known]}")
+def check_setting(config: dict, case: str, setting: Setting) -> None:
+    """ConfigError unless (case, setting) is an attack or FL job of the configuration."""
+    find_case(config, case)
+    if (case, setting) not in jobs(config) and (case, setting) not in fl_jobs(config):
+        raise cfg.ConfigError(f"setting {setting.text!r} of case {case!r} is not planned by this "
+                              f"configuration; `fedleak plan` lists what is")
 
 
 def resolve(config: dict, setting: Setting) -> dict:
@@ -127,4 +204,5 @@ def victims(config: dict, label: str) -> int:
 
 def checkpoint_rounds(config: dict) -> list[int]:
     """Every round at which some setting attacks (each FL run saves its model there)."""
-    return sorted({resolve(config, s)["attack"]["round"] for s in settings(config)})
+    rounds = {resolve(config, s)["attack"]["round"] for (_, s) in attack_jobs(config)}
+    return sorted(rounds or {config["attack"]["round"]})

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from fedleak.data.datasets import ImageData
 from fedleak.fl.client import Defense, client_update
-from fedleak.metrics.utility import accuracy
+from fedleak.metrics.utility import evaluate
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,8 @@ def run_federated(model: nn.Module, train: ImageData, test: ImageData,
                   partition: list[np.ndarray], defense: Defense, settings: FLSettings,
                   seed: int, on_round: Callable[[int, nn.Module], None] | None = None,
                   progress: bool = True) -> list[dict]:
-    """Train ``model`` in place; returns the evaluation history [{round, accuracy}, ...].
+    """Train ``model`` in place; returns the evaluation history [{round, accuracy,
+    test_loss}, ...].
 
     ``on_round(r, model)`` is called before round r runs (r = 0 is the initial model)
     and once more after the last round.
@@ -64,7 +65,7 @@ def run_federated(model: nn.Module, train: ImageData, test: ImageData,
         if on_round is not None:
             on_round(r, model)
         if r % settings.eval_every == 0:
-            history.append({"round": r, "accuracy": accuracy(model, test.x, test.y)})
+            history.append({"round": r, **evaluate(model, test.x, test.y)})
         model.train()
         uploads = []
         for client in sorted(rng.choice(len(partition), per_round, replace=False)):
@@ -83,5 +84,5 @@ def run_federated(model: nn.Module, train: ImageData, test: ImageData,
         server.step()
     if on_round is not None:
         on_round(settings.rounds, model)
-    history.append({"round": settings.rounds, "accuracy": accuracy(model, test.x, test.y)})
+    history.append({"round": settings.rounds, **evaluate(model, test.x, test.y)})
     return history

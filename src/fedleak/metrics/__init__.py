@@ -9,7 +9,7 @@ from fedleak.metrics.image import (
     psnr,
     ssim,
 )
-from fedleak.metrics.utility import accuracy, pmm
+from fedleak.metrics.utility import accuracy, evaluate, pmm
 
-__all__ = ["accuracy", "lpips", "lpips_unavailable_reason", "match", "mse", "noise_ratio",
-           "pmm", "psnr", "ssim"]
+__all__ = ["accuracy", "evaluate", "lpips", "lpips_unavailable_reason", "match", "mse",
+           "noise_ratio", "pmm", "psnr", "ssim"]

@@ -73,7 +73,8 @@ def _pmm_panel(ax: plt.Axes, data: pd.DataFrame, colors: dict[str, tuple], title
         ax.scatter(row.pmm, getattr(row, metric), marker="*", s=200, color=colors["none"],
                    label="none", zorder=3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(title="defense", fontsize="small")
+        ax.legend(title="defense", fontsize="small", loc="upper left",
+                  bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
 
 
 def _main_settings(tradeoff: pd.DataFrame) -> pd.DataFrame:
@@ -115,30 +116,37 @@ def tradeoff_panels(tradeoff: pd.DataFrame, metric: str) -> Figure:
 
 
 def _recon_runs(attack_files: list[Path]) -> list[tuple[str, str, str, float, Path]]:
-    """Sorted (attack, case, defense, strength, recon.png) of every seed-0 attack run."""
+    """Sorted (attack, case, defense, strength, recon png) of every seed-0 attack run."""
     runs = []
     for path in attack_files:
         r = load_record(path, ATTACK_KEYS)
         if r["seed"] == 0:
-            png = Path(path).parent / "recon.png"
-            runs.append((r["attack"], r["case"], r["defense"], float(r["strength"]), png))
+            runs += [(label, r["case"], r["defense"], float(r["strength"]),
+                      Path(path).parent / "details" / f"recon_{label}.png") for label in r["runs"]]
     return sorted(runs)
 
 
+RECON_COLUMNS = 4
+
+
 def recon_grid(runs: list[tuple[str, str, str, float, Path]], attack: str) -> Figure:
-    """Stack the ``recon.png`` grids of ``runs`` (one attack), one labelled row per setting."""
+    """The reconstruction grids of ``runs`` (one attack), one labelled panel per setting,
+    ``RECON_COLUMNS`` settings a row."""
     several_cases = len({case for _, case, *_ in runs}) > 1
     images = [mpimg.imread(png) for *_, png in runs]
-    height = sum(4.0 * img.shape[0] / img.shape[1] for img in images)
-    fig, axes = plt.subplots(len(runs), 1, figsize=(6.0, max(height, 1.0)), squeeze=False,
-                             layout="constrained")
-    for ax, (_, case, defense, strength, _), img in zip(axes[:, 0], runs, images, strict=True):
+    columns = min(RECON_COLUMNS, len(runs))
+    rows = -(-len(runs) // columns)
+    aspect = max(img.shape[0] / img.shape[1] for img in images)
+    fig, axes = plt.subplots(rows, columns, squeeze=False, layout="constrained",
+                             figsize=(2.6 * columns, max(1.0, (2.6 * aspect + 0.5) * rows)))
+    for ax, (_, case, defense, strength, _), img in zip(axes.flat, runs, images):
         ax.imshow(img)
         ax.set_xticks([])
         ax.set_yticks([])
         label = f"{defense} {strength:g}"
-        ax.set_ylabel(f"{case}\n{label}" if several_cases else label, rotation=0,
-                      ha="right", va="center")
+        ax.set_title(f"{case}\n{label}" if several_cases else label, fontsize="small")
+    for ax in axes.flat[len(runs):]:
+        ax.set_visible(False)
     fig.suptitle(f"{attack}: truth (top) vs reconstruction (bottom), seed 0")
     return fig
 
@@ -157,24 +165,26 @@ def evalnet_monotonicity(evalnet: pd.DataFrame) -> Figure:
     return fig
 
 
-def write_figures(
-    tables: dict[str, pd.DataFrame], attack_files: list[Path], out_dir: Path
-) -> list[Path]:
-    """Write every figure into ``out_dir`` and return their paths (empty inputs are skipped)."""
+def write_figures(tables: dict[str, pd.DataFrame], attack_files: list[Path], out_dir: Path,
+                  names: list[str] | None = None) -> list[Path]:
+    """Write the figures ``names`` (default: every one the tables can make) into ``out_dir``
+    and return their paths."""
     out_dir = Path(out_dir)
     tradeoff = tables["tradeoff"]
-    attacks = sorted(tradeoff["attack"].unique())
-    paths = [
-        save_figure(pmm_vs_psnr(tradeoff, a), out_dir / f"pmm_vs_psnr_{a}.png") for a in attacks
-    ]
-    if not tradeoff.empty:
-        paths += [save_figure(tradeoff_panels(tradeoff, metric), out_dir / f"tradeoff_{metric}.png")
-                  for metric in METRIC_LABELS]
     runs = _recon_runs(attack_files)
-    for attack in sorted({run[0] for run in runs}):
-        fig = recon_grid([run for run in runs if run[0] == attack], attack)
-        paths.append(save_figure(fig, out_dir / f"recon_{attack}.png"))
-    if not tables["evalnet_monotonicity"].empty:
-        fig = evalnet_monotonicity(tables["evalnet_monotonicity"])
-        paths.append(save_figure(fig, out_dir / "evalnet_monotonicity.png"))
-    return paths
+    makers = {f"pmm_vs_psnr_{a}": lambda a=a: pmm_vs_psnr(tradeoff, a)
+              for a in sorted(tradeoff["attack"].unique())}
+    if not tradeoff.empty:
+        makers.update({f"tradeoff_{m}": lambda m=m: tradeoff_panels(tradeoff, m)
+                       for m in METRIC_LABELS})
+    makers.update({f"recon_{a}": lambda a=a: recon_grid([r for r in runs if r[0] == a], a)
+                   for a in sorted({run[0] for run in runs})})
+    if not tables.get("evalnet_monotonicity", pd.DataFrame()).empty:
+        makers["evalnet_monotonicity"] = lambda: evalnet_monotonicity(
+            tables["evalnet_monotonicity"])
+    names = list(makers) if names is None else names
+    missing = sorted(set(names) - set(makers))
+    if missing:
+        raise ValueError(f"no data for the figures {missing}: their runs are missing from "
+                         f"{[str(p) for p in attack_files[:3]]}...")
+    return [save_figure(makers[name](), out_dir / f"{name}.png") for name in names]

@@ -1,4 +1,5 @@
-"""Markdown report: trade-off and utility tables, evalnet check and embedded figures."""
+"""The markdown report: each paper target first (figure, table, the paper's numbers beside
+ours), then a one-screen summary per defense setting; the full tables are the CSVs it links."""
 
 from __future__ import annotations
 
@@ -7,66 +8,84 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedleak.report.targets import TargetResult
 from fedleak.utils.io import write_text
 
 
 def _markdown_table(df: pd.DataFrame) -> str:
     """Render ``df`` as a markdown table, floats to 3 significant digits."""
-    return "_No data._" if df.empty else df.to_markdown(index=False, floatfmt=".3g")
+    return "_No data._" if df is None or df.empty else df.to_markdown(index=False, floatfmt=".3g")
 
 
-def utility_summary(utility: pd.DataFrame) -> pd.DataFrame:
-    """Mean final accuracy and PMM per (case, defense, strength) across seeds."""
-    grouped = utility.groupby(["case", "defense", "strength"])
-    return grouped.agg(
-        seeds=("seed", "nunique"),
-        final_accuracy=("final_accuracy", "mean"),
-        pmm=("pmm", "mean"),
-    ).reset_index()
+def _link(path: Path, report_path: Path) -> str:
+    return Path(os.path.relpath(path, report_path.parent)).as_posix()
+
+
+def setting_summary(tradeoff: pd.DataFrame) -> pd.DataFrame:
+    """One row per (case, defense setting): PMM and each attack's mean PSNR."""
+    if tradeoff.empty:
+        return tradeoff
+    psnr = tradeoff.pivot_table(index=["case", "defense", "strength"], columns="attack",
+                                values="psnr")
+    psnr.columns = [f"{attack} PSNR" for attack in psnr.columns]
+    pmm = tradeoff.groupby(["case", "defense", "strength"])["pmm"].first().rename("PMM")
+    return pd.concat([pmm, psnr], axis=1).reset_index()
+
+
+def beside(comparison: pd.DataFrame) -> pd.DataFrame:
+    """The comparison with one "ours (paper)" cell per metric."""
+    metrics = [c.removesuffix("_paper") for c in comparison.columns if c.endswith("_paper")]
+    keys = [c for c in comparison.columns
+            if c not in metrics and not c.endswith(("_paper", "_diff"))]
+    out = comparison[keys].copy()
+    for metric in metrics:
+        out[metric] = [f"{ours:.3g} ({paper:.3g})" for ours, paper
+                       in zip(comparison[metric], comparison[f"{metric}_paper"])]
+    return out
 
 
 def _evalnet_lines(evalnet: pd.DataFrame) -> list[str]:
     summary = evalnet.groupby("dataset").agg(monotonic=("monotonic", "all"), n=("ratio", "size"))
-    lines = [
-        f"- `{name}`: {'monotonic' if row.monotonic else '**not monotonic**'} over {row.n} ratios"
-        for name, row in summary.iterrows()
-    ]
-    return lines or ["_No data._"]
+    return [f"- `{name}`: {'monotonic' if row.monotonic else '**not monotonic**'} over "
+            f"{row.n} ratios" for name, row in summary.iterrows()] or ["_No data._"]
 
 
-def write_report(
-    tables: dict[str, pd.DataFrame],
-    figures: list[Path],
-    report_path: Path,
-    title: str = "fedleak report",
-) -> Path:
+def _target_section(target: TargetResult, report_path: Path) -> list[str]:
+    lines = [f"## {target.name}: {target.title}"]
+    lines += [f"![{target.name}]({_link(f, report_path)})" for f in target.files
+              if f.suffix == ".png"]
+    if target.comparison is not None:
+        agreement = ", ".join(f"{metric} {value}" for metric, value in target.agreement.items())
+        lines += ["Ours (the paper's). The order of two rows agrees with the paper's for: "
+                  f"{agreement} pairs.", _markdown_table(beside(target.comparison))]
+    elif target.table is not None:
+        lines.append(_markdown_table(target.table))
+    csv = [f"[{f.name}]({_link(f, report_path)})" for f in target.files if f.suffix == ".csv"]
+    if csv:
+        lines.append("Tables: " + ", ".join(csv))
+    return lines
+
+
+def write_report(tables: dict[str, pd.DataFrame], figures: list[Path],
+                 targets: list[TargetResult], report_path: Path,
+                 title: str = "fedleak report") -> Path:
     """Write the markdown report to ``report_path`` (atomic, no timestamps) and return it."""
     report_path = Path(report_path)
-    links = [
-        f"![{Path(fig).stem}]({Path(os.path.relpath(fig, report_path.parent)).as_posix()})"
-        for fig in figures
-    ]
-    sections = [
-        f"# {title}",
-        "Made by `fedleak.report` from the pipeline's metrics JSON files "
-        "(full tables: the CSV files written by `write_tables`); rerunning gives identical files.",
-        "## Privacy-utility trade-off",
-        "Means over attack seeds and victims; success = SSIM >= 0.9 (EPAFL); "
-        "PMM = accuracy / undefended accuracy x 100 (Refiner §5.3).",
-        _markdown_table(tables["tradeoff"]),
-        "## CENSOR Table I layout",
-        "Per defense setting and attack: MSE and LPIPS (higher = more private), "
-        "PSNR and SSIM (lower = more private).",
-        _markdown_table(tables["censor_table"]),
-        *(["## Ablation (Refiner Tables 6-9)",
-           "One parameter varied at a time at a fixed strength; `default` marks the "
-           "main run's value.",
-           _markdown_table(tables["ablation"])] if "ablation" in tables else []),
-        "## Utility",
-        _markdown_table(utility_summary(tables["utility"])),
-        "## Evaluation network monotonicity",
-        "\n".join(_evalnet_lines(tables["evalnet_monotonicity"])),
-        "## Figures",
-        "\n\n".join(links) or "_No figures._",
-    ]
+    sections = [f"# {title}",
+                "Made by `fedleak aggregate` from the pipeline's metrics files; rerunning "
+                "gives identical files. Success = SSIM > 0.9 (EPAFL); PMM = accuracy / "
+                "undefended accuracy x 100 (Refiner §5.3)."]
+    for target in targets:
+        sections += _target_section(target, report_path)
+    if not targets:
+        sections += ["## PMM and mean PSNR per defense setting",
+                     _markdown_table(setting_summary(tables["tradeoff"]))]
+    if "evalnet_monotonicity" in tables:
+        sections += ["## Evaluation network monotonicity",
+                     "\n".join(_evalnet_lines(tables["evalnet_monotonicity"]))]
+    csv = [report_path.parent / "tables" / f"{name}.csv" for name in tables]
+    sections += ["## All tables", ", ".join(f"[{p.name}]({_link(p, report_path)})" for p in csv)]
+    if figures:
+        sections += ["## Figures"] + [f"![{Path(f).stem}]({_link(f, report_path)})"
+                                      for f in figures]
     return write_text(report_path, "\n\n".join(sections) + "\n")

@@ -6,27 +6,30 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from fedleak.metrics.utility import pmm
 from fedleak.utils.io import atomic_path
 
-UTILITY_COLUMNS = ["case", "defense", "strength", "seed", "final_accuracy", "pmm"]
-VICTIM_METRICS = ["psnr", "ssim", "mse", "lpips", "noise_ratio", "iterations"]
+IMAGE_METRICS = ["psnr", "ssim", "mse", "lpips", "noise_ratio"]
+VICTIM_METRICS = [*IMAGE_METRICS, "iterations"]
+UTILITY_COLUMNS = ["case", "defense", "strength", "seed", "final_accuracy", "test_loss", "pmm"]
 PRIVACY_COLUMNS = [
     "case", "defense", "strength", "attack", "seed", "victim", "label_correct",
     *VICTIM_METRICS, "stop_reason",
 ]
 TRADEOFF_KEYS = ["case", "defense", "strength", "attack"]
 TRADEOFF_COLUMNS = [
-    *TRADEOFF_KEYS, "accuracy", "pmm", *VICTIM_METRICS,
-    "success_rate", "label_accuracy", "victims",
+    *TRADEOFF_KEYS, "accuracy", "pmm", *VICTIM_METRICS, "iterations_max", "iterations_min",
+    "iterations_sd", "success_rate", "label_accuracy", "victims",
 ]
+TIMING_COLUMNS = [*TRADEOFF_KEYS, "victims", "wall_time_mean", "wall_time_max", "wall_time_sum"]
 EVALNET_COLUMNS = ["dataset", "ratio", "prediction", "increasing", "monotonic"]
-FL_KEYS = ["case", "defense", "strength", "seed", "final_accuracy"]
-ATTACK_KEYS = ["case", "defense", "strength", "attack", "seed", "victims"]
-VICTIM_KEYS = ["victim", "label", "predicted_label", *VICTIM_METRICS, "stop_reason"]
-SUCCESS_SSIM = 0.9  # EPAFL's reconstruction-success criterion
+FL_KEYS = ["case", "setting", "defense", "strength", "seed", "history", "final_accuracy"]
+ATTACK_KEYS = ["case", "setting", "defense", "strength", "seed", "runs"]
+VICTIM_KEYS = ["victim", "label", "predicted_label", "iterations", "wall_time", "stop_reason"]
+SUCCESS_SSIM = 0.9  # EPAFL §5.2: a reconstruction succeeds when its SSIM is above 0.9
 
 
 def require(record: Any, keys: list[str], path: Path, where: str = "") -> dict:
@@ -63,37 +66,65 @@ def _frame(rows: list[dict], columns: list[str], keys: list[str]) -> pd.DataFram
     return df.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
+def fl_rows(path: Path) -> dict:
+    """One FL run's summary: its keys, final accuracy and final test loss."""
+    run = load_record(path, FL_KEYS)
+    return {**{k: run[k] for k in ("case", "setting", "defense", "strength", "seed")},
+            "final_accuracy": run["final_accuracy"],
+            "test_loss": run["history"][-1].get("test_loss", np.nan)}
+
+
 def utility_table(fl_files: list[Path]) -> pd.DataFrame:
     """One row per FL run, with PMM relative to the ``none`` run of the same case and seed."""
-    rows = [load_record(f, FL_KEYS) for f in fl_files]
-    df = _frame(rows, UTILITY_COLUMNS[:-1], ["case", "defense", "strength", "seed"])
-    base = df.loc[df["defense"] == "none", ["case", "seed", "final_accuracy"]]
-    base = base.rename(columns={"final_accuracy": "base"})
-    df = df.merge(base, on=["case", "seed"], how="left")
+    df = _frame([fl_rows(f) for f in fl_files], [*UTILITY_COLUMNS[:-1], "setting"],
+                ["case", "defense", "strength", "seed"])
+    base = df.loc[df["setting"] == "none-0", ["case", "seed", "final_accuracy"]]
+    df = df.merge(base.rename(columns={"final_accuracy": "base"}), on=["case", "seed"],
+                  how="left")
     df["pmm"] = pmm(df["final_accuracy"], df["base"])
     return df[UTILITY_COLUMNS]
 
 
-def privacy_table(attack_files: list[Path]) -> pd.DataFrame:
-    """One row per (attack run, victim)."""
+def victim_rows(path: Path) -> list[dict]:
+    """One row per (attack, victim) of an attack job's metrics file."""
+    job = load_record(path, ATTACK_KEYS)
     rows = []
-    for path in attack_files:
-        run = load_record(path, ATTACK_KEYS)
+    for label, run in sorted(job["runs"].items()):
+        require(run, ["victims"], path, where=f" in runs[{label!r}]")
         for i, victim in enumerate(run["victims"]):
-            v = require(victim, VICTIM_KEYS, path, where=f" in victims[{i}]")
+            v = require(victim, VICTIM_KEYS, path, where=f" in runs[{label!r}].victims[{i}]")
             rows.append({
-                **{k: run[k] for k in ["case", "defense", "strength", "attack", "seed"]},
-                **{k: v[k] for k in ["victim", *VICTIM_METRICS, "stop_reason"]},
+                **{k: job[k] for k in ("case", "setting", "defense", "strength", "seed")},
+                "attack": label, "final_loss": v.get("final_loss"),
+                **{k: v.get(k, np.nan) for k in ["victim", *VICTIM_METRICS, "wall_time",
+                                                 "stop_reason"]},
                 "label_correct": v["predicted_label"] == v["label"],
             })
-    keys = [*TRADEOFF_KEYS, "seed", "victim"]
-    return _frame(rows, PRIVACY_COLUMNS, keys)
+    return rows
+
+
+def privacy_table(attack_files: list[Path]) -> pd.DataFrame:
+    """One row per (attack job, attack, victim); the measured wall time apart (``timing``)."""
+    rows = [row for path in attack_files for row in victim_rows(path)]
+    return _frame(rows, [*PRIVACY_COLUMNS, "wall_time"], [*TRADEOFF_KEYS, "seed", "victim"])
+
+
+def timing_table(privacy: pd.DataFrame) -> pd.DataFrame:
+    """Wall time per (case, defense, strength, attack): a measurement, so unlike every other
+    table it differs from run to run."""
+    grouped = privacy.groupby(TRADEOFF_KEYS)["wall_time"]
+    df = pd.DataFrame({"victims": grouped.size(), "wall_time_mean": grouped.mean(),
+                       "wall_time_max": grouped.max(), "wall_time_sum": grouped.sum()})
+    return df.reset_index().reindex(columns=TIMING_COLUMNS)
 
 
 def tradeoff_table(utility: pd.DataFrame, privacy: pd.DataFrame) -> pd.DataFrame:
     """Aggregate privacy per (case, defense, strength, attack) and join mean FL utility."""
-    attack = privacy.assign(success=privacy["ssim"] >= SUCCESS_SSIM).groupby(TRADEOFF_KEYS)
+    attack = privacy.assign(success=privacy["ssim"] > SUCCESS_SSIM).groupby(TRADEOFF_KEYS)
     df = attack[VICTIM_METRICS].mean()
+    df["iterations_max"] = attack["iterations"].max()
+    df["iterations_min"] = attack["iterations"].min()
+    df["iterations_sd"] = attack["iterations"].std(ddof=0)
     df["success_rate"] = attack["success"].mean()
     df["label_accuracy"] = attack["label_correct"].mean()
     df["victims"] = attack.size()
@@ -122,7 +153,7 @@ CENSOR_METRICS = ["mse", "lpips", "psnr", "ssim"]  # CENSOR Table I: MSE, LPIPS 
 
 
 def is_ablation(defense: str) -> bool:
-    """Ablation settings carry overrides in their name (``refiner~beta=0.5``, Setting.label)."""
+    """Settings with overrides carry them in their name (``refiner~beta=0.5``, Setting.label)."""
     return "~" in defense
 
 
@@ -140,43 +171,17 @@ def censor_table(tradeoff: pd.DataFrame) -> pd.DataFrame:
     return wide.reset_index().sort_values(["case", "defense", "strength"], kind="stable")
 
 
-def ablation_table(tradeoff: pd.DataFrame, points: list[dict]) -> pd.DataFrame:
-    """Refiner Tables 6-9: one row per swept value and attack. ``points`` name each value's
-    setting (``label``; the default value's is the main run's) and whether it is the default."""
-    rows = []
-    for point in points:
-        picked = tradeoff[(tradeoff["defense"] == point["label"])
-                          & (tradeoff["strength"] == point["strength"])]
-        for row in picked.itertuples():
-            rows.append({**{k: point[k] for k in ("defense", "param", "value", "default",
-                                                  "strength")},
-                         "case": row.case, "attack": row.attack, "pmm": row.pmm,
-                         "psnr": row.psnr, "ssim": row.ssim, "lpips": row.lpips,
-                         "noise_ratio": row.noise_ratio})
-    columns = ["defense", "param", "value", "default", "strength", "case", "attack", "pmm",
-               "psnr", "ssim", "lpips", "noise_ratio"]
-    return pd.DataFrame.from_records(rows, columns=columns)
-
-
 def write_tables(fl_files: list[Path], attack_files: list[Path], evalnet_files: list[Path],
-                 out_dir: Path, ablation_points: list[dict] | None = None
-                 ) -> dict[str, pd.DataFrame]:
-    """Build all tables, write them as ``<out_dir>/<name>.csv`` and return them by name.
-
-    ``ablation_points`` (``experiment.plan.ablation_points``) add ``ablation.csv``.
-    """
+                 out_dir: Path, names: list[str] | None = None) -> dict[str, pd.DataFrame]:
+    """Build the tables ``names`` (default: all), write them as ``<out_dir>/<name>.csv`` and
+    return every table built, by name."""
     utility = utility_table(fl_files)
     privacy = privacy_table(attack_files)
     tradeoff = tradeoff_table(utility, privacy)
-    tables = {
-        "utility": utility,
-        "privacy": privacy,
-        "tradeoff": tradeoff,
-        "censor_table": censor_table(tradeoff),
-        "evalnet_monotonicity": evalnet_table(evalnet_files),
-    }
-    if ablation_points:
-        tables["ablation"] = ablation_table(tradeoff, ablation_points)
-    for name, df in tables.items():
-        write_csv(df, Path(out_dir) / f"{name}.csv")
-    return tables
+    tables = {"utility": utility, "privacy": privacy[PRIVACY_COLUMNS], "tradeoff": tradeoff,
+              "timing": timing_table(privacy), "censor_table": censor_table(tradeoff),
+              "evalnet_monotonicity": evalnet_table(evalnet_files)}
+    names = list(tables) if names is None else names
+    for name in names:
+        write_csv(tables[name], Path(out_dir) / f"{name}.csv")
+    return {name: tables[name] for name in names}

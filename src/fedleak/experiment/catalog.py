@@ -1,0 +1,36 @@
+"""The README's table of every paper target: paper, target, command, output, offline?"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fedleak import config as cfg
+from fedleak.experiment import paths, plan
+
+OFFLINE = {"digits", "natural"}  # bundled with scikit-learn and scikit-image
+
+
+def _offline(config: dict, target: dict) -> str:
+    configured = {case["dataset"] for case in config["cases"]}
+    datasets = set().union(*(configured & set(selection.get("datasets", configured))
+                             for selection in target["select"]))
+    needed = sorted(datasets - OFFLINE)
+    return "yes" if not needed else f"no: needs {', '.join(needed)}"
+
+
+def targets_table(configs: list[Path]) -> str:
+    """A markdown table with one row per target of each paper configuration."""
+    lines = ["| paper | target | what | command | output | runs offline? |",
+             "|---|---|---|---|---|---|"]
+    for path in sorted(configs):
+        config = cfg.load(path)
+        for name in plan.targets(config):
+            target = config["targets"][name]
+            folder = paths.target_dir(Path("results"), name).as_posix()
+            files = [f"{name}{suffix}" for suffix, key in
+                     ((".csv", "table"), ("_vs_paper.csv", "reference"), (".png", "figure"))
+                     if key in target or (key == "reference" and name in config["reference"])]
+            command = f"`snakemake --cores all --configfile {path.as_posix()} {folder}`"
+            lines.append(f"| {path.stem} | {name} | {target['title']} | {command} | "
+                         f"`{folder}/`: {', '.join(files)} | {_offline(config, target)} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,67 @@
+"""The runs a target reads, as the frames of ``report.targets.TargetInputs``: every point of
+its selections (case x setting x attacks x seeds) with its series and swept values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedleak import config as cfg
+from fedleak.experiment import paths, plan
+from fedleak.metrics.utility import pmm
+from fedleak.report.tables import fl_rows, load_record, victim_rows
+from fedleak.report.targets import TargetInputs
+from fedleak.types import Setting
+
+NONE = Setting("none", 0)
+
+
+def _keys(config: dict, point: plan.Point, seed: int) -> dict:
+    keys = {"case": point.case, "dataset": plan.find_case(config, point.case)["dataset"],
+            "defense": point.setting.label, "strength": point.setting.strength,
+            "series": point.series, "seed": seed}
+    for key, value in point.swept:
+        keys[key] = keys[cfg.sweep_column(key)] = value
+    return keys
+
+
+def _fl_summary(config: dict, results: Path, case: str, setting: Setting, seed: int) -> dict:
+    """Final accuracy, test loss and PMM (against the undefended run, when it was run)."""
+    path = paths.fl_metrics(results, case, plan.fl_setting(setting), seed)
+    if not path.is_file():
+        return {"accuracy": np.nan, "test_loss": np.nan, "pmm": np.nan}
+    run = fl_rows(path)
+    base = paths.fl_metrics(results, case, NONE, seed)
+    reference = fl_rows(base)["final_accuracy"] if base.is_file() else np.nan
+    return {"accuracy": run["final_accuracy"], "test_loss": run["test_loss"],
+            "pmm": float(pmm(run["final_accuracy"], reference)) if base.is_file() else np.nan}
+
+
+def target_inputs(config: dict, results: Path, name: str) -> TargetInputs:
+    victims, fl, history, details = [], [], [], []
+    for point in (p for p in plan.points(config) if p.target == name):
+        for seed in config["fl"]["seeds"]:
+            keys = _keys(config, point, seed)
+            summary = _fl_summary(config, results, point.case, point.setting, seed)
+            fl.append({**keys, **summary})
+            record = load_record(paths.fl_metrics(results, point.case,
+                                                  plan.fl_setting(point.setting), seed),
+                                 ["history"])
+            history += [{**keys, **entry} for entry in record["history"]]
+        for seed in config["attack"]["seeds"]:
+            if not point.attacks:
+                continue
+            keys = _keys(config, point, seed)
+            summary = _fl_summary(config, results, point.case, point.setting, seed)
+            path = paths.attack_metrics(results, point.case, point.setting, seed)
+            snapshots = load_record(path, ["snapshots"])["snapshots"]
+            victims += [{**row, **keys, **summary} for row in victim_rows(path)
+                        if row["attack"] in point.attacks]
+            details += [{**keys, "attack": label, "snapshots": snapshots,
+                         "details": str(paths.attack_details(results, point.case, point.setting,
+                                                             seed))}
+                        for label in point.attacks]
+    return TargetInputs(pd.DataFrame(victims), pd.DataFrame(fl), pd.DataFrame(history),
+                        pd.DataFrame(details))

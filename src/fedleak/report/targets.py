@@ -1,0 +1,334 @@
+"""A paper's table or figure (a configuration's ``targets:`` entry) from the runs it selects:
+a tidy CSV, the paper's numbers beside ours, and a figure shaped like the paper's.
+
+The experiment layer gathers the runs into :class:`TargetInputs`; every frame carries the
+key columns ``case, dataset, defense, strength, series, seed`` (and ``attack`` where an
+attack ran) plus one column per swept configuration path, under its full dotted name and
+its last component (``attacks.hybrid.stopper.threshold`` and ``threshold``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import json  # noqa: E402
+
+import matplotlib.image as mpimg  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from fedleak.report.figures import PALETTE, save_figure  # noqa: E402
+from fedleak.report.tables import SUCCESS_SSIM, write_csv  # noqa: E402
+from fedleak.utils.io import write_json  # noqa: E402
+
+FL_METRICS = ("accuracy", "pmm", "test_loss")
+STATISTICS = {"mean": "mean", "max": "max", "min": "min", "sum": "sum", "median": "median",
+              "sd": lambda v: v.std(ddof=0)}
+LABELS = {"asr": "ASR (SSIM > 0.9)", "psnr": "PSNR (dB)", "ssim": "SSIM", "mse": "MSE",
+          "lpips": "LPIPS", "noise_ratio": "noise ratio", "iterations": "iterations",
+          "wall_time": "time (s)", "accuracy": "test accuracy", "pmm": "PMM (%)",
+          "test_loss": "test loss", "final_loss": "final gradient loss"}
+
+
+@dataclass
+class TargetInputs:
+    victims: pd.DataFrame   # one row per (point, seed, attack, victim)
+    fl: pd.DataFrame        # one row per (point, seed): final accuracy, pmm, test_loss
+    history: pd.DataFrame   # one row per (point, seed, evaluated round)
+    details: pd.DataFrame   # one row per (point, seed, attack): its details folder
+
+
+@dataclass
+class TargetResult:
+    name: str
+    title: str
+    table: pd.DataFrame | None
+    comparison: pd.DataFrame | None
+    agreement: dict[str, str]
+    files: list[Path]
+
+
+def split_metric(metric: str) -> tuple[str, str]:
+    """"psnr:max" -> ("psnr", "max"); "asr" -> ("ssim", "asr"); default statistic mean."""
+    if metric == "asr":
+        return "ssim", "asr"
+    column, _, stat = metric.partition(":")
+    return column, stat or "mean"
+
+
+def _aggregate(frame: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.DataFrame:
+    """One row per combination of ``keys`` with each metric's statistic over its rows."""
+    if frame.empty:
+        return pd.DataFrame(columns=[*keys, *metrics])
+    grouped = frame.groupby(keys, dropna=False, sort=True)
+    out = {}
+    for metric in metrics:
+        column, stat = split_metric(metric)
+        if stat == "asr":
+            out[metric] = grouped[column].agg(lambda v: float((v > SUCCESS_SSIM).mean()))
+        else:
+            out[metric] = grouped[column].agg(STATISTICS[stat])
+    return pd.DataFrame(out).reset_index()
+
+
+def _source(inputs: TargetInputs, metrics: list[str]) -> pd.DataFrame:
+    """The FL runs when every metric is an FL metric, else the attacked victims."""
+    return inputs.fl if all(m in FL_METRICS for m in metrics) else inputs.victims
+
+
+def build_table(spec: dict, inputs: TargetInputs) -> pd.DataFrame:
+    """The target's tidy table: its row and column keys, then its metrics."""
+    keys = [*spec["rows"], *spec.get("columns", [])]
+    return _aggregate(_source(inputs, spec["metrics"]), keys, spec["metrics"])
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return bool(np.isclose(a, b, rtol=1e-9, atol=0))
+    return str(a) == str(b)
+
+
+def compare(table: pd.DataFrame, keys: list[str], reference: dict
+            ) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Our values beside the paper's for every reference row (``<metric>``, ``<metric>_paper``,
+    ``<metric>_diff``), and per metric how often the order of two rows agrees with the paper's
+    (pairs of rows that differ only in the last key column)."""
+    paper = pd.DataFrame(reference["rows"], columns=reference["columns"])
+    keys = [c for c in reference["columns"] if c in keys]
+    metrics = [c for c in reference["columns"] if c not in keys]
+    rows = []
+    for _, ref in paper.iterrows():
+        match = table[np.logical_and.reduce([table[k].map(lambda v, r=ref[k]: _same(v, r))
+                                             for k in keys])] if keys else table
+        ours = match.iloc[0] if len(match) == 1 else None
+        row = {k: ref[k] for k in keys}
+        for metric in metrics:
+            value = float(ours[metric]) if ours is not None and metric in ours else np.nan
+            row.update({metric: value, f"{metric}_paper": float(ref[metric]),
+                        f"{metric}_diff": value - float(ref[metric])})
+        rows.append(row)
+    comparison = pd.DataFrame(rows)
+    agreement = {}
+    groups = comparison.groupby(keys[:-1], sort=False) if len(keys) > 1 else [((), comparison)]
+    for metric in metrics:
+        agree = total = 0
+        for _, group in groups:
+            for (_, a), (_, b) in itertools.combinations(group.iterrows(), 2):
+                paper_sign = np.sign(a[f"{metric}_paper"] - b[f"{metric}_paper"])
+                ours_sign = np.sign(a[metric] - b[metric])
+                if paper_sign != 0 and not np.isnan(ours_sign):
+                    total += 1
+                    agree += int(paper_sign == ours_sign)
+        agreement[metric] = f"{agree}/{total}" if total else "-"
+    return comparison, agreement
+
+
+# ------------------------------------------------------------------------------------
+# Figures
+
+
+def _title(fig: Figure, title: str) -> None:
+    fig.suptitle(textwrap.fill(title, 70), fontsize="medium")
+
+
+def _legend_outside(ax: plt.Axes, title: str | None) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(title=title, fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                  borderaxespad=0.0)
+
+
+def _panels(data: pd.DataFrame, panels: str | None) -> list[tuple[str, pd.DataFrame]]:
+    if panels is None:
+        return [("", data)]
+    return [(f"{panels} = {value}", part) for value, part in data.groupby(panels, sort=True)]
+
+
+def line_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
+    """A metric against a swept value (or any key), one curve per ``hue``."""
+    x, y, hue, panels = spec["x"], spec["y"], spec.get("hue"), spec.get("panels")
+    keys = [k for k in (x, hue, panels) if k]
+    source = _source(inputs, [y])
+    data = _aggregate(source, keys, [y])
+    if not pd.api.types.is_numeric_dtype(data[x]):  # categories in the order selected
+        order = list(dict.fromkeys(source[x]))
+        data = data.assign(**{x: pd.Categorical(data[x], order, ordered=True)}).sort_values(x)
+    parts = _panels(data, panels)
+    fig, axes = plt.subplots(1, len(parts), squeeze=False, layout="constrained",
+                             figsize=(4.8 * len(parts) + 1.5, 3.8))
+    for ax, (label, part) in zip(axes[0], parts, strict=True):
+        sns.lineplot(data=part, x=x, y=y, hue=hue, marker="o", estimator=None, errorbar=None,
+                     palette=PALETTE if hue else None, ax=ax, sort=True)
+        ax.set(title=label, xlabel=x, ylabel=LABELS.get(split_metric(y)[0], y))
+        if spec.get("logx"):
+            ax.set_xscale("log")
+        if spec.get("logy"):
+            ax.set_yscale("log")
+        _legend_outside(ax, hue)
+    _title(fig, title)
+    return fig
+
+
+def tradeoff_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
+    """PMM against a privacy metric, one curve per defense, each point a strength."""
+    y, panels = spec["y"], spec.get("panels", "attack")
+    data = _aggregate(inputs.victims, ["defense", "strength", panels], ["pmm", y])
+    parts = _panels(data, panels)
+    fig, axes = plt.subplots(1, len(parts), squeeze=False, layout="constrained",
+                             figsize=(4.8 * len(parts) + 1.5, 3.8))
+    for ax, (label, part) in zip(axes[0], parts, strict=True):
+        sns.lineplot(data=part.sort_values(["defense", "strength"]), x="pmm", y=y,
+                     hue="defense", marker="o", estimator=None, errorbar=None, sort=False,
+                     palette=PALETTE, ax=ax)
+        ax.set(title=label, xlabel=LABELS["pmm"], ylabel=LABELS.get(split_metric(y)[0], y))
+        _legend_outside(ax, "defense")
+    _title(fig, title)
+    return fig
+
+
+def history_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
+    """FL accuracy or test loss against the round, one curve per ``hue``."""
+    y, hue = spec["y"], spec.get("hue")
+    data = _aggregate(inputs.history, [k for k in ("round", hue) if k], [y])
+    fig, ax = plt.subplots(figsize=(6.5, 3.8), layout="constrained")
+    sns.lineplot(data=data, x="round", y=y, hue=hue, estimator=None, errorbar=None,
+                 palette=PALETTE if hue else None, ax=ax)
+    ax.set(xlabel="round", ylabel=LABELS.get(y, y))
+    _legend_outside(ax, hue)
+    _title(fig, title)
+    return fig
+
+
+def _picked(spec: dict, inputs: TargetInputs) -> list[tuple[pd.Series, list[int]]]:
+    """Per details row (point, seed, attack): the victims to show (first, successes or
+    failures by SSIM > 0.9), at most ``victims`` of them."""
+    out = []
+    keys = ["case", "defense", "strength", "series", "seed", "attack"]
+    for _, row in inputs.details.iterrows():
+        mask = np.logical_and.reduce([inputs.victims[k] == row[k] for k in keys])
+        victims = inputs.victims[mask].sort_values("victim")
+        if spec["pick"] == "success":
+            victims = victims[victims["ssim"] > SUCCESS_SSIM]
+        elif spec["pick"] == "failure":
+            victims = victims[victims["ssim"] <= SUCCESS_SSIM]
+        out.append((row, victims["victim"].astype(int).tolist()[:spec["victims"]]))
+    return out
+
+
+def _row_label(row: pd.Series) -> str:
+    parts = [row["dataset"], row["series"] or row["attack"]]
+    return " / ".join(str(p) for p in parts if p)
+
+
+def trace_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
+    """The attack's loss against the iteration for the picked victims, one panel per row."""
+    picked = _picked(spec, inputs)
+    fig, axes = plt.subplots(1, len(picked), squeeze=False, layout="constrained",
+                             figsize=(4.8 * len(picked) + 1.5, 3.8))
+    for ax, (row, victims) in zip(axes[0], picked, strict=True):
+        traces = json.loads((Path(row["details"]) / f"traces_{row['attack']}.json").read_text())
+        for v in victims:
+            ax.plot(range(1, len(traces[v]) + 1), traces[v], label=f"victim {v}")
+        ax.set(title=_row_label(row), xlabel="iteration", ylabel="gradient distance",
+               yscale="log")
+        _legend_outside(ax, None)
+    _title(fig, title)
+    return fig
+
+
+def snapshots_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
+    """Reconstructions at the snapshot iterations, then the true image: one row per picked
+    victim (the first image of its batch)."""
+    rows = []
+    for row, victims in _picked(spec, inputs):
+        frames = np.load(Path(row["details"]) / f"snapshots_{row['attack']}.npy")
+        columns = [f"it. {t}" for t in row["snapshots"]] + ["truth"]
+        rows += [(f"{_row_label(row)}\nvictim {v}", frames[v], columns) for v in victims]
+    if not rows:
+        fig, ax = plt.subplots(figsize=(4, 1), layout="constrained")
+        ax.text(0.5, 0.5, "no victim matches", ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    columns = len(rows[0][2])
+    fig, axes = plt.subplots(len(rows), columns, squeeze=False, layout="constrained",
+                             figsize=(1.2 * columns + 1.5, 1.25 * len(rows) + 0.6))
+    for r, (label, frames, names) in enumerate(rows):
+        for c, name in enumerate(names):
+            ax = axes[r, c]
+            image = frames[c][0].transpose(1, 2, 0)  # the batch's first image
+            ax.imshow(image.squeeze(-1) if image.shape[-1] == 1 else image, cmap="gray",
+                      vmin=0, vmax=255)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if r == 0:
+                ax.set_title(name, fontsize="small")
+        axes[r, 0].set_ylabel(label, rotation=0, ha="right", va="center", fontsize="small")
+    _title(fig, title)
+    return fig
+
+
+def recon_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
+    """The final reconstructions (truth on top) of every point, one row per point."""
+    rows = [(f"{_row_label(row)} {row['defense']} {row['strength']:g}",
+             Path(row["details"]) / f"recon_{row['attack']}.png")
+            for _, row in inputs.details.iterrows()]
+    images = [mpimg.imread(png) for _, png in rows]
+    fig, axes = plt.subplots(len(rows), 1, squeeze=False, layout="constrained",
+                             figsize=(6.0, max(1.0, sum(3.0 * i.shape[0] / i.shape[1]
+                                                        for i in images))))
+    for ax, (label, _), image in zip(axes[:, 0], rows, images, strict=True):
+        ax.imshow(image)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize="small")
+    _title(fig, title)
+    return fig
+
+
+FIGURES = {"line": line_figure, "tradeoff": tradeoff_figure, "history": history_figure,
+           "trace": trace_figure, "snapshots": snapshots_figure, "recon": recon_figure}
+
+
+def write_target(name: str, spec: dict, inputs: TargetInputs, reference: dict | None,
+                 out_dir: Path) -> TargetResult:
+    """``<name>.csv`` (the table), ``<name>_vs_paper.csv`` (with a reference), ``<name>.png``
+    (the figure) and ``summary.json`` under ``out_dir``."""
+    out_dir = Path(out_dir)
+    files, table, comparison, agreement = [], None, None, {}
+    if "table" in spec:
+        table = build_table(spec["table"], inputs)
+        files.append(write_csv(table, out_dir / f"{name}.csv"))
+        if reference:
+            keys = [*spec["table"]["rows"], *spec["table"].get("columns", [])]
+            comparison, agreement = compare(table, keys, reference)
+            files.append(write_csv(comparison, out_dir / f"{name}_vs_paper.csv"))
+    if "figure" in spec:
+        figure = FIGURES[spec["figure"]["kind"]](spec["figure"], inputs, spec["title"])
+        files.append(save_figure(figure, out_dir / f"{name}.png"))
+    write_json(out_dir / "summary.json", {"name": name, "title": spec["title"],
+                                          "agreement": agreement,
+                                          "files": [f.name for f in files]})
+    return TargetResult(name, spec["title"], table, comparison, agreement, files)
+
+
+def load_target(out_dir: Path) -> TargetResult:
+    """The result :func:`write_target` left in ``out_dir``."""
+    out_dir = Path(out_dir)
+    summary = json.loads((out_dir / "summary.json").read_text())
+    files = [out_dir / f for f in summary["files"]]
+
+    def table(suffix: str) -> pd.DataFrame | None:
+        path = out_dir / f"{summary['name']}{suffix}"
+        return pd.read_csv(path) if path in files else None
+
+    return TargetResult(summary["name"], summary["title"], table(".csv"),
+                        table("_vs_paper.csv"), summary["agreement"], files)

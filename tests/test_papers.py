@@ -1,0 +1,81 @@
+"""Paper configurations: their plans hold only what their targets need, the README's smoke
+command of each runs verbatim in a fresh copy, and the README's table of targets is the one
+the configurations generate."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+from test_pipeline import ENV, copy_project, run
+
+from fedleak import config as cfg
+from fedleak.experiment import catalog, plan
+
+PAPERS = sorted((REPO / "config" / "paper").glob("*.yaml"))
+README = (REPO / "README.md").read_text()
+
+
+def smoke_command(paper: str) -> str:
+    """The README's one-line smoke command for ``config/paper/<paper>.yaml``."""
+    lines = [line.strip().strip("`") for line in README.splitlines()
+             if "snakemake" in line and f"config/paper/{paper}.yaml" in line and "smoke" in line]
+    assert len(lines) == 1, f"README needs one smoke line for {paper}, found {lines}"
+    return lines[0]
+
+
+def test_epafl_plans_only_dlg_and_idlg_without_gan_or_evaluation_network(tmp_path):
+    """`snakemake -n` on EPAFL: the undefended setting, attacked only by DLG and iDLG
+    (with and without early stopping), and no GAN or evaluation-network training."""
+    root = copy_project(tmp_path / "project")
+    proc = run([*shlex.split("snakemake -n --configfile config/paper/epafl.yaml")], root)
+    jobs = re.findall(r"^(?:local)?rule (\w+):", proc.stdout, flags=re.M)
+    assert set(jobs) == {"prepare_data", "fl_run", "attack", "target", "aggregate", "all"}
+    settings = set(re.findall(r"wildcards: case=[^,]+, setting=([^,\n]+)", proc.stdout))
+    config = cfg.load(REPO / "config" / "paper" / "epafl.yaml")
+    assert settings == {s.text for s in plan.settings(config)}
+    assert {s.split("~")[0] for s in settings} == {"none-0"}
+    registered = {plan.attack_of(config, label)[0]
+                  for labels in plan.jobs(config).values() for label in labels}
+    assert registered == {"dlg", "idlg"}
+    assert "MNIST" in proc.stderr  # the missing dataset is named, the dry run goes on
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("paper", [p.stem for p in PAPERS])
+def test_readme_smoke_command_runs_every_target(paper, tmp_path):
+    root = copy_project(tmp_path / "project")
+    command = smoke_command(paper)
+    proc = subprocess.run(command, shell=True, cwd=root, env=ENV, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    config = cfg.load(root / "results" / "config.resolved.json")
+    assert config["smoke"] is True
+    for name, target in config["targets"].items():
+        folder = root / "results" / "targets" / name
+        files = {p.name for p in folder.iterdir()}
+        assert ("table" not in target) or f"{name}.csv" in files, (name, files)
+        assert ("figure" not in target) or f"{name}.png" in files, (name, files)
+        assert (name not in config["reference"]) or f"{name}_vs_paper.csv" in files
+    report = (root / "results" / "report.md").read_text()
+    assert all(f"## {name}:" in report for name in config["targets"])
+
+
+def test_readme_targets_table_is_generated_from_the_configs(monkeypatch):
+    monkeypatch.chdir(REPO)
+    begin, end = "<!-- targets:begin -->\n", "<!-- targets:end -->"
+    table = README[README.index(begin) + len(begin):README.index(end)]
+    assert table == catalog.targets_table([p.relative_to(REPO) for p in PAPERS])
+    cli = subprocess.run([sys.executable, "-m", "fedleak.cli", "targets",
+                          *[str(p.relative_to(REPO)) for p in PAPERS]], cwd=REPO, env=ENV,
+                         capture_output=True, text=True)
+    assert cli.returncode == 0 and cli.stdout == table
+
+
+def test_every_paper_config_has_a_readme_smoke_line():
+    for paper in PAPERS:
+        assert "--config smoke=True" in smoke_command(paper.stem)
