@@ -143,7 +143,7 @@ def test_censor_upload_is_orthogonal_with_the_true_norm_per_layer(context, digit
 def test_censor_uploads_the_lowest_loss_trial(context):
     from torch.func import functional_call
 
-    from fedleak.defenses.censor import orthogonal_like
+    from fedleak.defenses.censor import orthogonalise
 
     ctx = context(seed=5)
     upload = defenses.build("censor", trials=20)(ctx)
@@ -152,7 +152,8 @@ def test_censor_uploads_the_lowest_loss_trial(context):
     losses, candidates = [], []
     with torch.no_grad():
         for _ in range(20):
-            cand = {k: orthogonal_like(g, replay) for k, g in ctx.true_gradient().items()}
+            cand = {k: orthogonalise(torch.randn(g.shape, generator=replay), g)
+                    for k, g in ctx.true_gradient().items()}
             stepped = {k: params[k] - 1e-4 * cand[k] for k in params}
             losses.append(float(torch.nn.functional.cross_entropy(
                 functional_call(ctx.model, stepped, (ctx.x,)), ctx.y)))
@@ -181,3 +182,26 @@ def test_censor_public_proposal_follows_the_public_gradient_off_the_true_one(con
         u["fc.weight"].flatten(), reference["fc.weight"].flatten(), dim=0))
     print(f"cos to the public gradient: public {cos(upload):.3f}, normal {cos(random):.3f}")
     assert cos(upload) > 0.3 and abs(cos(random)) < 0.05
+
+
+def test_censor_algorithm1_falls_back_to_the_clean_gradient_when_no_trial_beats_it(context):
+    """Alg. 1 as printed: the incumbent is the clean gradient at the loss of theta; with a
+    step so large that every trial raises the loss, the clean gradient is uploaded."""
+    ctx = context()
+    upload = defenses.build("censor", variant="algorithm1", trials=5, step=100.0)(ctx)
+    assert upload.info["fallback"] is True
+    assert all(torch.equal(upload[k], v) for k, v in ctx.true_gradient().items())
+    orthogonal = defenses.build("censor", variant="orthogonal", trials=5, step=100.0)(context())
+    assert orthogonal.info["fallback"] is False
+
+
+def test_censor_official_divides_by_the_norm_not_its_square():
+    from fedleak.defenses.censor import orthogonalise
+
+    g = torch.tensor([3.0, 4.0])  # ||g|| = 5
+    p = torch.tensor([1.0, 0.0])
+    official = orthogonalise(p, g, official=True)
+    expected = p - (3.0 / 5.0) * g  # <p, g> / ||g||, not / ||g||^2
+    assert torch.allclose(official, expected * (5.0 / expected.norm()))
+    assert abs(float(official @ g)) > 1.0  # not orthogonal unless ||g|| = 1
+    assert abs(float(orthogonalise(p, g) @ g)) < 1e-5

@@ -66,8 +66,12 @@ def test_fedavg_without_defense_reaches_90_percent(undefended):
 NOT_COSTLY_UNDER_FEDADAM = {"clipping", "soteria"}
 
 
-@pytest.mark.parametrize(
-    "name", sorted(set(EMBEDDED["defenses"]) - {"none"} - NOT_COSTLY_UNDER_FEDADAM))
+# The labelled CENSOR readings (censor_alg1, censor_official) fall back to the clean gradient
+# when no orthogonal trial lowers the loss: whether they cost accuracy is what the embedded
+# default measures (docs/censor.md), not a bound.
+@pytest.mark.parametrize("name", sorted(
+    label for label, entry in EMBEDDED["defenses"].items()
+    if "defense" not in entry and label not in {"none", *NOT_COSTLY_UNDER_FEDADAM}))
 def test_strongest_defense_costs_accuracy(split, undefended, name, request):
     spec = EMBEDDED["defenses"][name]
     strength = defenses.strongest(name, spec["strengths"])

@@ -36,3 +36,16 @@ def test_lpips_is_nan_with_a_reason_when_weights_are_missing(digits, monkeypatch
 
 def test_pmm_is_the_accuracy_ratio():
     assert metrics.pmm(0.45, 0.9) == 50.0
+
+
+def test_stlpips_is_zero_for_identical_images_and_orders_a_blur_series():
+    """ST-LPIPS from the weights inside the stlpips-pytorch wheel, offline: 0 for the image
+    itself, and growing with the blur (16x16 digits, upsampled to 32 for its AlexNet)."""
+    from torchvision.transforms.functional import gaussian_blur
+
+    from fedleak import data
+
+    x = data.load_digits(channels=1, size=16).x[:4]
+    assert metrics.stlpips(x, x) == 0.0
+    blurred = [metrics.stlpips(gaussian_blur(x, 7, sigma), x) for sigma in (0.5, 1.0, 2.0, 4.0)]
+    assert all(np.isfinite(blurred)) and blurred == sorted(blurred) and blurred[0] > 0

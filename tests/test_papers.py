@@ -63,6 +63,10 @@ def test_readme_smoke_command_runs_every_target(paper, tmp_path):
         assert (name not in config["reference"]) or f"{name}_vs_paper.csv" in files
     report = (root / "results" / "report.md").read_text()
     assert all(f"## {name}:" in report for name in config["targets"])
+    compare = subprocess.run("fedleak compare --config results/config.resolved.json", shell=True,
+                             cwd=root, env=ENV, capture_output=True, text=True)
+    assert compare.returncode == 0, compare.stderr
+    assert all(f"{name}: " in compare.stdout for name in config["reference"])
 
 
 def test_readme_targets_table_is_generated_from_the_configs(monkeypatch):

@@ -58,7 +58,8 @@ def inputs(tmp_path: Path) -> dict[str, list[Path]]:
                 runs[attack] = {"victims": [
                     {"victim": v, "label": v, "predicted_label": 0, "stop_reason": "threshold",
                      "psnr": _psnr(strength, attack, seed, v), "ssim": 0.95 - 0.1 * v,
-                     "mse": 0.001, "lpips": float("nan"), "noise_ratio": strength,
+                     "mse": 0.001, "lpips": float("nan"), "stlpips": 0.1 * strength,
+                     "noise_ratio": strength,
                      "iterations": 10 + v, "final_loss": 1e-6, "wall_time": 0.5}
                     for v in (0, 1)
                 ]}
@@ -123,7 +124,7 @@ def test_figures_deterministic(inputs: dict[str, list[Path]], tmp_path: Path) ->
     names = {p.name for p in figures}
     assert names == {f"{kind}_{a}.png" for kind in ("pmm_vs_psnr", "recon") for a in ATTACKS} | {
         "evalnet_monotonicity.png"} | {f"tradeoff_{m}.png" for m in ("psnr", "ssim", "lpips",
-                                                                     "noise_ratio")}
+                                                                     "stlpips", "noise_ratio")}
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in figures)
     first = {**_hashes(root / "tables"), **_hashes(root / "figures")}
     _build(inputs, root)
@@ -163,7 +164,7 @@ def test_malformed_file(inputs: dict[str, list[Path]], tmp_path: Path) -> None:
 
 def _tradeoff_rows(rows: list[tuple]) -> pd.DataFrame:
     keys = ["case", "defense", "strength", "attack", "pmm", "psnr", "ssim", "mse", "lpips",
-            "noise_ratio"]
+            "stlpips", "noise_ratio"]
     return pd.DataFrame.from_records(rows, columns=keys)
 
 
@@ -171,14 +172,18 @@ def test_censor_table_has_one_row_per_setting_and_four_metrics_per_attack() -> N
     from fedleak.report.tables import censor_table
 
     tradeoff = _tradeoff_rows([
-        ("c", "none", 0.0, "dlg", 100, 30.0, 0.9, 0.001, np.nan, 0.1),
-        ("c", "none", 0.0, "ig", 100, 20.0, 0.7, 0.01, np.nan, 0.2),
-        ("c", "censor", 20.0, "dlg", 98, 5.0, 0.1, 0.3, np.nan, 0.5),
-        ("c", "censor", 20.0, "ig", 98, 6.0, 0.1, 0.2, np.nan, 0.5),
-        ("c", "refiner~beta=0", 0.1, "ig", 97, 9.0, 0.2, 0.1, np.nan, 0.4),
+        ("c", "none", 0.0, "dlg", 100, 30.0, 0.9, 0.001, np.nan, 0.3, 0.1),
+        ("c", "none", 0.0, "ig", 100, 20.0, 0.7, 0.01, np.nan, 0.3, 0.2),
+        ("c", "censor", 20.0, "dlg", 98, 5.0, 0.1, 0.3, np.nan, 0.3, 0.5),
+        ("c", "censor", 20.0, "ig", 98, 6.0, 0.1, 0.2, np.nan, 0.3, 0.5),
+        ("c", "refiner~beta=0", 0.1, "ig", 97, 9.0, 0.2, 0.1, np.nan, 0.3, 0.4),
     ])
-    table = censor_table(tradeoff)
+    utility = pd.DataFrame({"case": ["c"] * 4, "defense": ["none", "none", "censor", "censor"],
+                            "strength": [0.0, 0.0, 20.0, 20.0], "final_accuracy": [0.9] * 4,
+                            "fallback_rate": [0.0, 0.0, 0.25, 0.75]})
+    table = censor_table(tradeoff, utility)
     assert table[["defense", "strength"]].values.tolist() == [["censor", 20.0], ["none", 0.0]]
-    assert list(table.columns[3:]) == [f"{a}_{m}" for a in ("dlg", "ig")
-                                       for m in ("mse", "lpips", "psnr", "ssim")]
+    assert list(table.columns[3:]) == ["accuracy", "fallback_rate"] + [
+        f"{a}_{m}" for a in ("dlg", "ig") for m in ("mse", "lpips", "stlpips", "psnr", "ssim")]
     assert table.loc[table["defense"] == "censor", "ig_psnr"].item() == 6.0
+    assert table.loc[table["defense"] == "censor", "fallback_rate"].item() == 0.5

@@ -154,18 +154,24 @@ def registered_name(config: dict, kind: str, label: str) -> str:
     return entries[label].get(kind[:-1], label)
 
 
+def _label_name(kind: str, label: str, entry: dict) -> str:
+    """The registered name a configured label runs (itself, or its ``attack:``/``defense:``)."""
+    noun, known = kind[:-1], schema()["definitions"][kind]
+    name = entry.get(noun, label)
+    if name in known:
+        return name
+    if noun in entry:
+        raise ConfigError(f"invalid config: '{kind}.{label}.{noun}': unknown {noun} {name!r} "
+                          f"(expected one of {sorted(known)})")
+    raise ConfigError(f"invalid config: unknown key '{kind}.{label}' (expected one of "
+                      f"{sorted(known)}, or any label with '{noun}: <name>')")
+
+
 def _validate_defenses(config: dict) -> None:
-    known = schema()["definitions"]["defenses"]
     config["defenses"].setdefault("none", {})  # the undefended run: PMM's reference
     for label, entry in config["defenses"].items():
         where = f"defenses.{label}"
-        name = entry.get("defense", label)
-        if name not in known:
-            if "defense" in entry:
-                raise ConfigError(f"invalid config: '{where}.defense': unknown defense {name!r} "
-                                  f"(expected one of {sorted(known)})")
-            raise ConfigError(f"invalid config: unknown key '{where}' (expected one of "
-                              f"{sorted(known)}, or any label with 'defense: <name>')")
+        name = _label_name("defenses", label, entry)
         key = knob(name)
         entry.setdefault("params", {})
         entry.setdefault("strengths", [0] if key is None else None)
@@ -188,18 +194,10 @@ def _validate_defenses(config: dict) -> None:
 
 
 def _validate_attacks(config: dict) -> None:
-    known = schema()["definitions"]["attacks"]
     for label, entry in list(config["attacks"].items()):
-        where = f"attacks.{label}"
-        params = dict(entry)
-        name = params.pop("attack", label)
-        if name not in known:
-            if "attack" in entry:
-                raise ConfigError(f"invalid config: '{where}.attack': unknown attack {name!r} "
-                                  f"(expected one of {sorted(known)})")
-            raise ConfigError(f"invalid config: unknown key '{where}' (expected one of "
-                              f"{sorted(known)}, or any label with 'attack: <name>')")
-        resolved = resolve("attacks", name, params, where)
+        name = _label_name("attacks", label, entry)
+        params = {k: v for k, v in entry.items() if k != "attack"}
+        resolved = resolve("attacks", name, params, f"attacks.{label}")
         config["attacks"][label] = {**({"attack": name} if "attack" in entry else {}), **resolved}
 
 

@@ -32,7 +32,7 @@ class Update(dict):
 
     def __init__(self, tensors: Mapping[str, torch.Tensor] = (), **info: Any) -> None:
         super().__init__(tensors)
-        self.info = info
+        self.info = {**getattr(tensors, "info", {}), **info}
 
     @classmethod
     def of(cls, model: nn.Module, x: torch.Tensor, target: torch.Tensor,

@@ -170,10 +170,12 @@ def run_fl(config: dict, results: Path, case: str, setting: Setting, seed: int) 
                             FLSettings.from_config(job.resolved["fl"]), seeds["rounds"],
                             checkpoint)
     save_torch(job.fl_dir / "final.pt", model.state_dict())
+    uploads = sum(entry["uploads"] for entry in history)
     write_json(job.fl_dir / "metrics.json", {
         "case": case, "setting": job.setting.text, "defense": job.setting.label,
         "strength": job.setting.strength, "seed": seed, "history": history,
         "final_accuracy": history[-1]["accuracy"], "client_sizes": [len(s) for s in shards],
+        "fallback_rate": sum(entry["fallbacks"] for entry in history) / max(uploads, 1),
         "wall_time": time.perf_counter() - start,
     })
     print(f"FL {case} {job.setting} seed {seed}: accuracy {history[-1]['accuracy']:.4f}",
@@ -213,11 +215,12 @@ def _victims(job: Job, model: torch.nn.Module, train: data.ImageData,
 
 
 IMAGE_METRICS = {"psnr": metrics.psnr, "ssim": metrics.ssim, "mse": metrics.mse,
-                 "lpips": metrics.lpips}
+                 "lpips": metrics.lpips, "stlpips": metrics.stlpips}
 
 
-def _victim_record(v: int, truth: tuple, rec: attacks.Reconstruction, wanted: list[str],
-                   evalnet: torch.nn.Module | None) -> tuple[dict, torch.Tensor]:
+def _victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstruction,
+                   wanted: list[str], evalnet: torch.nn.Module | None
+                   ) -> tuple[dict, torch.Tensor]:
     """One victim's metrics (batch means, and per image for batches of more than one)."""
     idx, x, y = truth
     matched = metrics.match(rec.images.cpu(), x)
@@ -228,7 +231,7 @@ def _victim_record(v: int, truth: tuple, rec: attacks.Reconstruction, wanted: li
         "predicted_label": rec.labels.tolist()[0] if single else sorted(rec.labels.tolist()),
         "iterations": rec.iterations, "stop_reason": rec.stop_reason,
         "final_loss": rec.loss_trace[-1] if rec.loss_trace else None,
-        "wall_time": rec.wall_time,
+        "wall_time": rec.wall_time, "fallback": bool(obs.gradient.info.get("fallback", False)),
     }
     for name in wanted:
         values = (metrics.noise_ratio(matched, evalnet, reduction="none") if name == "noise_ratio"
@@ -278,8 +281,9 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
         count = plan.victims(job.resolved, label)
         recs = attacks.reconstruct_all(built[label], observations[:count], spec["snapshots"],
                                        progress=f"{label} vs {setting}")
-        records, matched = zip(*(_victim_record(v, truth, rec, spec["metrics"], evalnet)
-                                 for v, (truth, rec) in enumerate(zip(truths, recs))))
+        records, matched = zip(*(_victim_record(v, truth, obs, rec, spec["metrics"], evalnet)
+                                 for v, (truth, obs, rec)
+                                 in enumerate(zip(truths, observations, recs))))
         _save_details(paths.attack_details(results, case, setting, seed), label, recs, truths,
                       list(matched), spec)
         runs[label] = {"attack": plan.attack_of(job.resolved, label)[0],
@@ -346,7 +350,7 @@ def figures(config: dict) -> list[str]:
         return []
     labels = plan.attack_labels(config)
     return ([f"pmm_vs_psnr_{a}" for a in labels] + [f"recon_{a}" for a in labels]
-            + [f"tradeoff_{m}" for m in ("psnr", "ssim", "lpips", "noise_ratio")]
+            + [f"tradeoff_{m}" for m in ("psnr", "ssim", "lpips", "stlpips", "noise_ratio")]
             + (["evalnet_monotonicity"] if "evalnet_monotonicity" in tables(config) else []))
 
 

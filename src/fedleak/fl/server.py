@@ -46,7 +46,9 @@ def run_federated(model: nn.Module, train: ImageData, test: ImageData,
                   seed: int, on_round: Callable[[int, nn.Module], None] | None = None,
                   progress: bool = True) -> list[dict]:
     """Train ``model`` in place; returns the evaluation history [{round, accuracy,
-    test_loss}, ...].
+    test_loss, uploads, fallbacks}, ...]: ``uploads`` counts the client updates since the
+    previous entry and ``fallbacks`` those a defense reported as the clean gradient
+    (``Update.info["fallback"]``, CENSOR's Alg. 1 reading).
 
     ``on_round(r, model)`` is called before round r runs (r = 0 is the initial model)
     and once more after the last round.
@@ -60,12 +62,19 @@ def run_federated(model: nn.Module, train: ImageData, test: ImageData,
         server = torch.optim.SGD(model.parameters(), lr=settings.server_lr)
     per_round = max(1, round(settings.participation * len(partition)))
     history: list[dict] = []
+    counts = {"uploads": 0, "fallbacks": 0}
+
+    def evaluated(r: int) -> dict:
+        entry = {"round": r, **evaluate(model, test.x, test.y), **counts}
+        counts.update(uploads=0, fallbacks=0)
+        return entry
+
     for r in tqdm(range(settings.rounds), desc=f"FL {getattr(defense, 'name', 'defense')}",
                   disable=not progress, leave=False):
         if on_round is not None:
             on_round(r, model)
         if r % settings.eval_every == 0:
-            history.append({"round": r, **evaluate(model, test.x, test.y)})
+            history.append(evaluated(r))
         model.train()
         uploads = []
         for client in sorted(rng.choice(len(partition), per_round, replace=False)):
@@ -78,11 +87,13 @@ def run_federated(model: nn.Module, train: ImageData, test: ImageData,
 
             uploads.append(client_update(model, batch, settings.local_steps, settings.local_lr,
                                          defense, noise))
+            counts["uploads"] += 1
+            counts["fallbacks"] += int(getattr(uploads[-1], "info", {}).get("fallback", False))
         server.zero_grad()
         for name, param in zip(names, model.parameters()):
             param.grad = torch.stack([u[name] for u in uploads]).mean(0).detach()
         server.step()
     if on_round is not None:
         on_round(settings.rounds, model)
-    history.append({"round": settings.rounds, **evaluate(model, test.x, test.y)})
+    history.append(evaluated(settings.rounds))
     return history

@@ -8,8 +8,9 @@ from fedleak.metrics.image import (
     noise_ratio,
     psnr,
     ssim,
+    stlpips,
 )
 from fedleak.metrics.utility import accuracy, evaluate, pmm
 
 __all__ = ["accuracy", "evaluate", "lpips", "lpips_unavailable_reason", "match", "mse",
-           "noise_ratio", "pmm", "psnr", "ssim"]
+           "noise_ratio", "pmm", "psnr", "ssim", "stlpips"]

@@ -101,6 +101,43 @@ def lpips(rec: torch.Tensor, truth: torch.Tensor, reduction: str = "mean"):
     return _reduce(values, reduction)
 
 
+STLPIPS_MIN_SIDE = 32  # AlexNet's strided first layers need at least this many pixels
+
+
+@lru_cache(maxsize=1)
+def _stlpips_model() -> torch.nn.Module:
+    """ST-LPIPS's shift-tolerant AlexNet with the weights its wheel ships, loaded with
+    ``weights_only=True`` (the ``lins`` entries alias the ``lin0..4`` layers)."""
+    import inspect
+
+    from stlpips_pytorch import stlpips as package
+
+    model = package.LPIPS(pretrained=False, net="alex", variant="shift_tolerant", verbose=False)
+    path = Path(inspect.getfile(package)).parent / "weights" / "vST0.0" / "alex_shift_tolerant.pth"
+    missing, unexpected = model.load_state_dict(
+        torch.load(path, map_location="cpu", weights_only=True), strict=False)
+    if unexpected or any(not key.startswith("lins.") for key in missing):
+        raise ValueError(f"{path} does not fit ST-LPIPS's AlexNet: missing {missing}, "
+                         f"unexpected {unexpected}")
+    return model.eval()
+
+
+def stlpips(rec: torch.Tensor, truth: torch.Tensor, reduction: str = "mean"):
+    """Shift-tolerant LPIPS (Ghildyal and Liu, ECCV 2022), AlexNet, from the weights in the
+    ``stlpips-pytorch`` wheel (no download). Gray images are repeated to 3 channels and
+    images under 32 pixels a side upsampled (bilinear) to 32, which its AlexNet needs."""
+    rec, truth = _check(match(rec, truth), truth)
+    if rec.shape[1] == 1:
+        rec, truth = rec.repeat(1, 3, 1, 1), truth.repeat(1, 3, 1, 1)
+    if min(rec.shape[-2:]) < STLPIPS_MIN_SIDE:
+        scale = STLPIPS_MIN_SIDE / min(rec.shape[-2:])
+        rec, truth = (torch.nn.functional.interpolate(t, scale_factor=scale, mode="bilinear",
+                                                      align_corners=False) for t in (rec, truth))
+    with torch.no_grad():
+        values = _stlpips_model()(rec * 2 - 1, truth * 2 - 1).flatten().double().numpy()
+    return _reduce(values, reduction)
+
+
 def noise_ratio(images: torch.Tensor, evalnet: torch.nn.Module, reduction: str = "mean"):
     """Refiner's evaluation-network score: the predicted proportion of noise in each image."""
     with torch.no_grad():

@@ -49,6 +49,7 @@ def _colors(names: list[str]) -> dict[str, tuple]:
 
 METRIC_LABELS = {
     "psnr": "mean PSNR (dB)", "ssim": "mean SSIM", "lpips": "mean LPIPS",
+    "stlpips": "mean ST-LPIPS",
     "noise_ratio": "evaluation-network noise ratio",
 }
 

@@ -12,17 +12,18 @@ import pandas as pd
 from fedleak.metrics.utility import pmm
 from fedleak.utils.io import atomic_path
 
-IMAGE_METRICS = ["psnr", "ssim", "mse", "lpips", "noise_ratio"]
+IMAGE_METRICS = ["psnr", "ssim", "mse", "lpips", "stlpips", "noise_ratio"]
 VICTIM_METRICS = [*IMAGE_METRICS, "iterations"]
-UTILITY_COLUMNS = ["case", "defense", "strength", "seed", "final_accuracy", "test_loss", "pmm"]
+UTILITY_COLUMNS = ["case", "defense", "strength", "seed", "final_accuracy", "test_loss",
+                   "fallback_rate", "pmm"]
 PRIVACY_COLUMNS = [
     "case", "defense", "strength", "attack", "seed", "victim", "label_correct",
-    *VICTIM_METRICS, "stop_reason",
+    *VICTIM_METRICS, "fallback", "stop_reason",
 ]
 TRADEOFF_KEYS = ["case", "defense", "strength", "attack"]
 TRADEOFF_COLUMNS = [
     *TRADEOFF_KEYS, "accuracy", "pmm", *VICTIM_METRICS, "iterations_max", "iterations_min",
-    "iterations_sd", "success_rate", "label_accuracy", "victims",
+    "iterations_sd", "success_rate", "label_accuracy", "fallback_rate", "victims",
 ]
 TIMING_COLUMNS = [*TRADEOFF_KEYS, "victims", "wall_time_mean", "wall_time_max", "wall_time_sum"]
 EVALNET_COLUMNS = ["dataset", "ratio", "prediction", "increasing", "monotonic"]
@@ -71,7 +72,8 @@ def fl_rows(path: Path) -> dict:
     run = load_record(path, FL_KEYS)
     return {**{k: run[k] for k in ("case", "setting", "defense", "strength", "seed")},
             "final_accuracy": run["final_accuracy"],
-            "test_loss": run["history"][-1].get("test_loss", np.nan)}
+            "test_loss": run["history"][-1].get("test_loss", np.nan),
+            "fallback_rate": run.get("fallback_rate", 0.0)}
 
 
 def utility_table(fl_files: list[Path]) -> pd.DataFrame:
@@ -98,6 +100,7 @@ def victim_rows(path: Path) -> list[dict]:
                 "attack": label, "final_loss": v.get("final_loss"),
                 **{k: v.get(k, np.nan) for k in ["victim", *VICTIM_METRICS, "wall_time",
                                                  "stop_reason"]},
+                "fallback": bool(v.get("fallback", False)),
                 "label_correct": v["predicted_label"] == v["label"],
             })
     return rows
@@ -127,6 +130,7 @@ def tradeoff_table(utility: pd.DataFrame, privacy: pd.DataFrame) -> pd.DataFrame
     df["iterations_sd"] = attack["iterations"].std(ddof=0)
     df["success_rate"] = attack["success"].mean()
     df["label_accuracy"] = attack["label_correct"].mean()
+    df["fallback_rate"] = attack["fallback"].mean()
     df["victims"] = attack.size()
     fl = utility.groupby(["case", "defense", "strength"])
     fl = fl.agg(accuracy=("final_accuracy", "mean"), pmm=("pmm", "mean")).reset_index()
@@ -149,26 +153,32 @@ def evalnet_table(evalnet_files: list[Path]) -> pd.DataFrame:
     return df[EVALNET_COLUMNS]
 
 
-CENSOR_METRICS = ["mse", "lpips", "psnr", "ssim"]  # CENSOR Table I: MSE, LPIPS up; PSNR, SSIM down
+# CENSOR Table I: MSE, LPIPS (and ST-LPIPS, offline) up; PSNR, SSIM down
+CENSOR_METRICS = ["mse", "lpips", "stlpips", "psnr", "ssim"]
+
+
+def censor_table(tradeoff: pd.DataFrame, utility: pd.DataFrame) -> pd.DataFrame:
+    """CENSOR Table I layout: one row per defense setting with its FL run's accuracy and
+    fallback rate (the share of uploads that were the clean gradient), then MSE, LPIPS,
+    PSNR and SSIM per attack."""
+    main = tradeoff[~tradeoff["defense"].map(is_ablation, na_action="ignore").astype(bool)]
+    keys = ["case", "defense", "strength"]
+    if main.empty:
+        return pd.DataFrame(columns=[*keys, "accuracy", "fallback_rate"])
+    wide = main.pivot_table(index=keys, columns="attack", values=CENSOR_METRICS)
+    wide = wide.reorder_levels([1, 0], axis=1)
+    attacks = sorted(main["attack"].unique())
+    wide = wide.reindex(columns=[(a, m) for a in attacks for m in CENSOR_METRICS])
+    wide.columns = [f"{a}_{m}" for a, m in wide.columns]
+    fl = utility.groupby(keys).agg(accuracy=("final_accuracy", "mean"),
+                                   fallback_rate=("fallback_rate", "mean"))
+    wide = fl.join(wide, how="right")
+    return wide.reset_index().sort_values(keys, kind="stable")
 
 
 def is_ablation(defense: str) -> bool:
     """Settings with overrides carry them in their name (``refiner~beta=0.5``, Setting.label)."""
     return "~" in defense
-
-
-def censor_table(tradeoff: pd.DataFrame) -> pd.DataFrame:
-    """CENSOR Table I layout: one row per defense setting, MSE/LPIPS/PSNR/SSIM per attack."""
-    main = tradeoff[~tradeoff["defense"].map(is_ablation, na_action="ignore").astype(bool)]
-    if main.empty:
-        return pd.DataFrame(columns=["case", "defense", "strength"])
-    wide = main.pivot_table(index=["case", "defense", "strength"], columns="attack",
-                            values=CENSOR_METRICS)
-    wide = wide.reorder_levels([1, 0], axis=1)
-    attacks = sorted(main["attack"].unique())
-    wide = wide.reindex(columns=[(a, m) for a in attacks for m in CENSOR_METRICS])
-    wide.columns = [f"{a}_{m}" for a, m in wide.columns]
-    return wide.reset_index().sort_values(["case", "defense", "strength"], kind="stable")
 
 
 def write_tables(fl_files: list[Path], attack_files: list[Path], evalnet_files: list[Path],
@@ -179,7 +189,7 @@ def write_tables(fl_files: list[Path], attack_files: list[Path], evalnet_files: 
     privacy = privacy_table(attack_files)
     tradeoff = tradeoff_table(utility, privacy)
     tables = {"utility": utility, "privacy": privacy[PRIVACY_COLUMNS], "tradeoff": tradeoff,
-              "timing": timing_table(privacy), "censor_table": censor_table(tradeoff),
+              "timing": timing_table(privacy), "censor_table": censor_table(tradeoff, utility),
               "evalnet_monotonicity": evalnet_table(evalnet_files)}
     names = list(tables) if names is None else names
     for name in names:

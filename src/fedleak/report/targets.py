@@ -35,9 +35,10 @@ FL_METRICS = ("accuracy", "pmm", "test_loss")
 STATISTICS = {"mean": "mean", "max": "max", "min": "min", "sum": "sum", "median": "median",
               "sd": lambda v: v.std(ddof=0)}
 LABELS = {"asr": "ASR (SSIM > 0.9)", "psnr": "PSNR (dB)", "ssim": "SSIM", "mse": "MSE",
-          "lpips": "LPIPS", "noise_ratio": "noise ratio", "iterations": "iterations",
-          "wall_time": "time (s)", "accuracy": "test accuracy", "pmm": "PMM (%)",
-          "test_loss": "test loss", "final_loss": "final gradient loss"}
+          "lpips": "LPIPS", "stlpips": "ST-LPIPS", "noise_ratio": "noise ratio",
+          "iterations": "iterations", "wall_time": "time (s)", "accuracy": "test accuracy",
+          "pmm": "PMM (%)", "test_loss": "test loss", "final_loss": "final gradient loss",
+          "fallback": "clean-gradient fallbacks"}
 
 
 @dataclass
