@@ -205,3 +205,18 @@ def test_censor_official_divides_by_the_norm_not_its_square():
     assert torch.allclose(official, expected * (5.0 / expected.norm()))
     assert abs(float(official @ g)) > 1.0  # not orthogonal unless ||g|| = 1
     assert abs(float(orthogonalise(p, g) @ g)) < 1e-5
+
+
+def test_censor_model_scope_is_orthogonal_over_the_whole_vector_not_per_layer(context):
+    """Table VII's whole-vector reading: one projection of the concatenated gradient keeps
+    the total norm and is orthogonal as a whole, while single layers keep part of g."""
+    ctx = context()
+    true = ctx.true_gradient()
+    update = defenses.build("censor", trials=1, scope="model")(ctx)
+    flat = lambda u: torch.cat([u[k].flatten() for k in true])  # noqa: E731
+    cos = torch.nn.functional.cosine_similarity(flat(update), flat(true), dim=0)
+    assert abs(float(cos)) < 1e-4
+    assert float(flat(update).norm()) == pytest.approx(float(flat(true).norm()), rel=1e-5)
+    per_layer = [abs(float(torch.nn.functional.cosine_similarity(
+        update[k].flatten(), g.flatten(), dim=0))) for k, g in true.items()]
+    assert max(per_layer) > 1e-3

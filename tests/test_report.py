@@ -123,8 +123,8 @@ def test_figures_deterministic(inputs: dict[str, list[Path]], tmp_path: Path) ->
     _, figures = _build(inputs, root)
     names = {p.name for p in figures}
     assert names == {f"{kind}_{a}.png" for kind in ("pmm_vs_psnr", "recon") for a in ATTACKS} | {
-        "evalnet_monotonicity.png"} | {f"tradeoff_{m}.png" for m in ("psnr", "ssim", "lpips",
-                                                                     "stlpips", "noise_ratio")}
+        "evalnet_monotonicity.png", "censor_tradeoff.png"} | {
+        f"tradeoff_{m}.png" for m in ("psnr", "ssim", "lpips", "stlpips", "noise_ratio")}
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in figures)
     first = {**_hashes(root / "tables"), **_hashes(root / "figures")}
     _build(inputs, root)
@@ -187,3 +187,18 @@ def test_censor_table_has_one_row_per_setting_and_four_metrics_per_attack() -> N
         f"{a}_{m}" for a in ("dlg", "ig") for m in ("mse", "lpips", "stlpips", "psnr", "ssim")]
     assert table.loc[table["defense"] == "censor", "ig_psnr"].item() == 6.0
     assert table.loc[table["defense"] == "censor", "fallback_rate"].item() == 0.5
+
+
+def test_censor_tradeoff_labels_each_setting_with_its_fallback_rate() -> None:
+    from fedleak.report.figures import censor_tradeoff
+
+    table = pd.DataFrame({"case": ["c"] * 3, "defense": ["none", "censor", "censor_alg1"],
+                          "strength": [0.0, 5.0, 5.0], "accuracy": [0.9, 0.1, 0.85],
+                          "fallback_rate": [0.0, 0.0, 0.4], "dlg_psnr": [30.0, 8.0, 29.0],
+                          "ig_psnr": [20.0, 7.0, 19.0]})
+    fig = censor_tradeoff(table)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == ["dlg", "ig"]
+    assert sorted(t.get_text() for t in axes[0].texts) == ["0", "5", "5 (40% clean)"]
+    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == [
+        "censor", "censor_alg1", "none"]

@@ -79,6 +79,15 @@ def test_table_statistics_follow_epafl():
     assert mnist_a["iterations:max"] == 20 and mnist_a["wall_time:sum"] == 3.0
 
 
+def test_fl_metrics_such_as_the_fallback_rate_come_from_the_fl_runs():
+    fl = pd.DataFrame({"series": ["orthogonal", "official", "official"],
+                       "accuracy": [0.1, 0.7, 0.8], "fallback_rate": [0.0, 0.5, 0.3]})
+    inputs = TargetInputs(victims_frame(), fl, pd.DataFrame(), pd.DataFrame())
+    table = build_table({"rows": ["series"], "metrics": ["accuracy", "fallback_rate"]}, inputs)
+    assert table.set_index("series")["fallback_rate"].to_dict() == pytest.approx(
+        {"official": 0.4, "orthogonal": 0.0})
+
+
 def test_comparison_puts_the_paper_beside_us_and_counts_agreeing_orders():
     inputs = TargetInputs(victims_frame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
     table = build_table({"rows": ["dataset", "series"], "metrics": ["asr"]}, inputs)

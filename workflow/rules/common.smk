@@ -118,8 +118,8 @@ def aggregate_params():
 
 
 def caption(figure):
-    """The caption file of a standard figure: pmm_vs_psnr, tradeoff, recon or evalnet."""
-    return next(kind for kind in ("pmm_vs_psnr", "tradeoff", "recon", "evalnet")
+    """The caption file of a standard figure: pmm_vs_psnr, tradeoff, censor, recon or evalnet."""
+    return next(kind for kind in ("pmm_vs_psnr", "tradeoff", "censor", "recon", "evalnet")
                 if figure.stem.startswith(kind))
 
 

@@ -53,7 +53,6 @@ def orthogonalise(proposal: torch.Tensor, g: torch.Tensor, official: bool = Fals
     return o * (g.norm() / (o.norm() + 1e-12))
 
 
-
 @register("censor")
 class Censor(Defense):
     needs = {"public": Need("public_data", when={"proposal": ("public",)})}

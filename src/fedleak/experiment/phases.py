@@ -294,7 +294,9 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
     write_json(out / "metrics.json", {
         "case": case, "setting": setting.text, "defense": setting.label,
         "strength": setting.strength, "seed": seed, "round": spec["round"], "runs": runs,
-        "snapshots": spec["snapshots"], "lpips_unavailable": metrics.lpips_unavailable_reason(),
+        "snapshots": spec["snapshots"],
+        "lpips_unavailable": (metrics.lpips_unavailable_reason() if "lpips" in spec["metrics"]
+                              else None),
     })
 
 
@@ -351,6 +353,7 @@ def figures(config: dict) -> list[str]:
     labels = plan.attack_labels(config)
     return ([f"pmm_vs_psnr_{a}" for a in labels] + [f"recon_{a}" for a in labels]
             + [f"tradeoff_{m}" for m in ("psnr", "ssim", "lpips", "stlpips", "noise_ratio")]
+            + (["censor_tradeoff"] if "censor_table" in tables(config) else [])
             + (["evalnet_monotonicity"] if "evalnet_monotonicity" in tables(config) else []))
 
 

@@ -1,4 +1,5 @@
-"""Deterministic figures: PMM vs PSNR trade-off, reconstruction grids, evalnet monotonicity."""
+"""Deterministic figures: PMM vs PSNR trade-off, CENSOR utility vs privacy, reconstruction
+grids, evalnet monotonicity."""
 
 from __future__ import annotations
 
@@ -96,23 +97,57 @@ def pmm_vs_psnr(tradeoff: pd.DataFrame, attack: str) -> Figure:
     return fig
 
 
+def _panel_grid(count: int) -> tuple[Figure, list[plt.Axes]]:
+    """A figure of ``count`` panels, at most 3 a row; the unused cells hidden."""
+    columns = min(3, count)
+    rows = -(-count // columns)
+    fig, axes = plt.subplots(rows, columns, squeeze=False, layout="constrained",
+                             figsize=(4.5 * columns, 4.0 * rows))
+    for ax in axes.flat[count:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:count])
+
+
 def tradeoff_panels(tradeoff: pd.DataFrame, metric: str) -> Figure:
     """Refiner Fig. 7 (PSNR) / Fig. 10 (SSIM, LPIPS, evaluation-network score) against PMM:
     one curve per defense, one panel per case and attack, at most 3 panels a row."""
     tradeoff = _main_settings(tradeoff)
     cases = sorted(tradeoff["case"].unique())
     panels = [(case, attack) for case in cases for attack in sorted(tradeoff["attack"].unique())]
-    columns = min(3, len(panels))
-    rows = -(-len(panels) // columns)
     colors = _colors(list(tradeoff["defense"]))
-    fig, axes = plt.subplots(rows, columns, squeeze=False, layout="constrained",
-                             figsize=(4.5 * columns, 4.0 * rows))
-    for ax, (case, attack) in zip(axes.flat, panels):
+    fig, axes = _panel_grid(len(panels))
+    for ax, (case, attack) in zip(axes, panels):
         picked = tradeoff[(tradeoff["case"] == case) & (tradeoff["attack"] == attack)]
         title = attack if len(cases) == 1 else f"{attack} — {case}"
         _pmm_panel(ax, picked, colors, title, metric)
-    for ax in axes.flat[len(panels):]:
-        ax.set_visible(False)
+    return fig
+
+
+def censor_tradeoff(censor: pd.DataFrame) -> Figure:
+    """CENSOR's utility and privacy of the same uploads: final FL accuracy against each
+    attack's mean PSNR, one point per defense setting labelled with its strength and, where
+    the defense uploaded the clean gradient, the share of uploads that were clean."""
+    attacks = sorted(c.removesuffix("_psnr") for c in censor.columns if c.endswith("_psnr"))
+    cases = sorted(censor["case"].unique())
+    panels = [(case, attack) for case in cases for attack in attacks]
+    colors = _colors(list(censor["defense"]))
+    fig, axes = _panel_grid(len(panels))
+    for ax, (case, attack) in zip(axes, panels):
+        x = f"{attack}_psnr"
+        data = censor[censor["case"] == case].dropna(subset=[x, "accuracy"])
+        data = data.sort_values(["defense", "strength"])
+        ax.set(title=attack if len(cases) == 1 else f"{attack} — {case}",
+               xlabel="mean PSNR (dB)", ylabel="final FL accuracy")
+        sns.lineplot(data=data, x=x, y="accuracy", hue="defense", palette=colors, marker="o",
+                     estimator=None, errorbar=None, sort=False, ax=ax, legend=ax is axes[0])
+        for row in data.itertuples():
+            clean = f" ({row.fallback_rate:.0%} clean)" if row.fallback_rate > 0 else ""
+            ax.annotate(f"{row.strength:g}{clean}", (getattr(row, x), row.accuracy),
+                        xytext=(4, 4), textcoords="offset points", fontsize="x-small")
+    if axes[0].get_legend() is not None:
+        sns.move_legend(axes[0], "upper left", bbox_to_anchor=(1.02, 1.0), title="defense",
+                        fontsize="small")
+    fig.suptitle("utility against privacy of the same uploads (lower PSNR is more private)")
     return fig
 
 
@@ -180,6 +215,8 @@ def write_figures(tables: dict[str, pd.DataFrame], attack_files: list[Path], out
                        for m in METRIC_LABELS})
     makers.update({f"recon_{a}": lambda a=a: recon_grid([r for r in runs if r[0] == a], a)
                    for a in sorted({run[0] for run in runs})})
+    if not tables.get("censor_table", pd.DataFrame()).empty:
+        makers["censor_tradeoff"] = lambda: censor_tradeoff(tables["censor_table"])
     if not tables.get("evalnet_monotonicity", pd.DataFrame()).empty:
         makers["evalnet_monotonicity"] = lambda: evalnet_monotonicity(
             tables["evalnet_monotonicity"])

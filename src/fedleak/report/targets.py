@@ -31,14 +31,14 @@ from fedleak.report.figures import PALETTE, save_figure  # noqa: E402
 from fedleak.report.tables import SUCCESS_SSIM, write_csv  # noqa: E402
 from fedleak.utils.io import write_json  # noqa: E402
 
-FL_METRICS = ("accuracy", "pmm", "test_loss")
+FL_METRICS = ("accuracy", "pmm", "test_loss", "fallback_rate")
 STATISTICS = {"mean": "mean", "max": "max", "min": "min", "sum": "sum", "median": "median",
               "sd": lambda v: v.std(ddof=0)}
 LABELS = {"asr": "ASR (SSIM > 0.9)", "psnr": "PSNR (dB)", "ssim": "SSIM", "mse": "MSE",
           "lpips": "LPIPS", "stlpips": "ST-LPIPS", "noise_ratio": "noise ratio",
           "iterations": "iterations", "wall_time": "time (s)", "accuracy": "test accuracy",
           "pmm": "PMM (%)", "test_loss": "test loss", "final_loss": "final gradient loss",
-          "fallback": "clean-gradient fallbacks"}
+          "fallback": "clean-gradient fallbacks", "fallback_rate": "share of clean uploads"}
 
 
 @dataclass
