@@ -140,3 +140,19 @@ def test_fl_history_records_the_test_loss(digits):
                             defenses.build("none"), settings, seed=0, progress=False)
     assert [h["round"] for h in history] == [0, 1, 2]
     assert all(h["test_loss"] > 0 for h in history)
+
+
+def test_a_line_figure_gives_each_hue_one_colour_in_every_panel():
+    from fedleak.report.targets import line_figure
+
+    frame = pd.DataFrame({"dataset": ["a", "a", "b", "b", "b", "b"],
+                          "series": ["Q", "R", "P", "Q", "P", "Q"],
+                          "round": [0, 0, 0, 0, 1, 1], "ssim": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]})
+    inputs = TargetInputs(frame, pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+    fig = line_figure({"x": "round", "y": "ssim", "hue": "series", "panels": "dataset"},
+                      inputs, "t")
+    colours = [{text.get_text(): tuple(handle.get_color())
+                for text, handle in zip(ax.get_legend().get_texts(), ax.get_legend().get_lines())}
+               for ax in fig.axes if ax.get_legend()]
+    assert colours[0]["Q"] == colours[1]["Q"]
+    assert len({*colours[0].values(), *colours[1].values()}) == 3

@@ -154,6 +154,14 @@ def _panels(data: pd.DataFrame, panels: str | None) -> list[tuple[str, pd.DataFr
     return [(f"{panels} = {value}", part) for value, part in data.groupby(panels, sort=True)]
 
 
+def _palette(data: pd.DataFrame, hue: str | None) -> dict | None:
+    """One colour per ``hue`` value over the whole figure, so that panels agree."""
+    if not hue:
+        return None
+    values = sorted(data[hue].dropna().unique(), key=str)
+    return dict(zip(values, sns.color_palette(PALETTE, len(values)), strict=True))
+
+
 def line_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
     """A metric against a swept value (or any key), one curve per ``hue``."""
     x, y, hue, panels = spec["x"], spec["y"], spec.get("hue"), spec.get("panels")
@@ -168,7 +176,7 @@ def line_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
                              figsize=(4.8 * len(parts) + 1.5, 3.8))
     for ax, (label, part) in zip(axes[0], parts, strict=True):
         sns.lineplot(data=part, x=x, y=y, hue=hue, marker="o", estimator=None, errorbar=None,
-                     palette=PALETTE if hue else None, ax=ax, sort=True)
+                     palette=_palette(data, hue), ax=ax, sort=True)
         ax.set(title=label, xlabel=x, ylabel=LABELS.get(split_metric(y)[0], y))
         if spec.get("logx"):
             ax.set_xscale("log")
@@ -189,7 +197,7 @@ def tradeoff_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
     for ax, (label, part) in zip(axes[0], parts, strict=True):
         sns.lineplot(data=part.sort_values(["defense", "strength"]), x="pmm", y=y,
                      hue="defense", marker="o", estimator=None, errorbar=None, sort=False,
-                     palette=PALETTE, ax=ax)
+                     palette=_palette(data, "defense"), ax=ax)
         ax.set(title=label, xlabel=LABELS["pmm"], ylabel=LABELS.get(split_metric(y)[0], y))
         _legend_outside(ax, "defense")
     _title(fig, title)
