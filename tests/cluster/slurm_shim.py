@@ -33,11 +33,23 @@ def _jobs() -> dict[str, str]:
     return out
 
 
+def _new_job_id() -> str:
+    """The next free job id, reserved atomically: the executor's sbatch calls can overlap,
+    and counting the jobs so far gave two submissions one id."""
+    (STATE / "jobs").mkdir(parents=True, exist_ok=True)
+    number = 1000
+    while True:
+        try:
+            os.close(os.open(STATE / "jobs" / f"{number}.id", os.O_CREAT | os.O_EXCL))
+            return str(number)
+        except FileExistsError:
+            number += 1
+
+
 def sbatch(args: list[str]) -> None:
     wrap = next((a.split("=", 1)[1] for a in args if a.startswith("--wrap=")), None)
     script = f"#!/bin/sh\n{wrap}\n" if wrap is not None else sys.stdin.read()
-    (STATE / "jobs").mkdir(parents=True, exist_ok=True)
-    job_id = str(1000 + len(list((STATE / "jobs").glob("*.pid"))))
+    job_id = _new_job_id()
     with open(STATE / "calls.jsonl", "a") as log:
         log.write(json.dumps({"id": job_id, "args": args, "cwd": os.getcwd()}) + "\n")
     output = next((args[i + 1] for i, a in enumerate(args) if a == "--output"), None)
