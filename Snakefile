@@ -19,12 +19,14 @@ wildcard_constraints:
     setting="[a-z][a-z0-9_]*-[^/]+",
     attack="[a-z][a-z0-9_]*",
     seed=r"\d+",
+    round=r"\d+",
 
 include: "workflow/rules/data.smk"
 include: "workflow/rules/evalnet.smk"
 include: "workflow/rules/gan.smk"
 include: "workflow/rules/fl.smk"
 include: "workflow/rules/attack.smk"
+include: "workflow/rules/attribute.smk"
 include: "workflow/rules/aggregate.smk"
 
 

@@ -16,7 +16,7 @@ def context(digits):
 
 def test_registry_lists_the_defenses():
     assert defenses.available() == ["censor", "clipping", "dp_gaussian", "dp_laplace", "none",
-                                    "pruning", "quantization", "refiner", "soteria"]
+                                    "pruning", "quantization", "recupfl", "refiner", "soteria"]
     with pytest.raises(ValueError, match="unknown defense 'dp_gausian'"):
         defenses.build("dp_gausian")
 

@@ -168,7 +168,7 @@ def test_a_configfile_replaces_the_embedded_default(tmp_path):
     root = copy_project(tmp_path / "project")
     proc = run([*SNAKEMAKE, "-n", "--configfile", "config/test.yaml"], root)
     resolved = json.loads((root / "results" / "config.resolved.json").read_text())
-    assert sorted(resolved["defenses"]) == ["censor", "dp_gaussian", "none", "refiner"]
+    assert sorted(resolved["defenses"]) == ["censor", "dp_gaussian", "none", "recupfl", "refiner"]
     assert resolved["fl"]["rounds"] == 4 and resolved["attack"]["victims_by_attack"] == {}
     assert "/pruning-" not in proc.stdout
     default = run([*SNAKEMAKE, "-n", "--config", "threads=2"], root)

@@ -20,7 +20,7 @@ PACKAGE = REPO / "src" / "fedleak"
 # docs/architecture.md: each layer may import its own layer (without cycles) and those below.
 LAYERS = {
     "types": 0, "config": 0, "utils": 0, "data": 0, "models": 0, "metrics": 0,
-    "fl": 1, "defenses": 1, "attacks": 1, "report": 1,
+    "fl": 1, "defenses": 1, "attacks": 1, "adversaries": 1, "report": 1,
     "experiment": 2,
     "cli": 3,
 }
@@ -106,8 +106,11 @@ def test_constructor_takes_the_schema_parameters_without_defaults(kind, name, cl
 
 
 def _artifacts(name: str) -> dict:
+    from fedleak.adversaries import FeatureNet, ModelZoo
     from fedleak.models import EvaluationNetwork, Generator
 
+    if name == "recupfl":
+        return {"zoo": ModelZoo(8, {"a": 2}, {"a": [FeatureNet(8, [4], 2) for _ in range(5)]})}
     generator = Generator(16, 1, 8)
     return {"evalnet": EvaluationNetwork(1, 16, (4, 4, 4)), "generator": generator,
             "defense": defenses.build("none")} if name in {"refiner", "gga", "gias", "gifd",

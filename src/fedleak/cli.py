@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fedleak import attacks, defenses
 from fedleak import config as cfg
-from fedleak.experiment import catalog, phases, plan
+from fedleak.experiment import attribute, catalog, phases, plan
 from fedleak.types import Setting
 
 
@@ -59,6 +59,12 @@ COMMANDS = {
     "attack": (lambda a, c: phases.run_attacks(c, a.results, a.case, a.setting, a.seed),
                "every configured attack against one setting's uploads",
                ["case", "setting", "seed"]),
+    "train-zoo": (lambda a, c: attribute.train_zoo(c, a.results, a.case, a.round),
+                  "train RecUP-FL's model zoo for a case at a round", ["case", "round"]),
+    "attribute": (lambda a, c: attribute.run_attribute(c, a.results, a.case, a.setting,
+                                                       a.seed),
+                  "attribute-inference adversaries against one setting's uploads",
+                  ["case", "setting", "seed"]),
     "target": (lambda a, c: phases.write_target(c, a.results, a.name),
                "one paper target's table, comparison with the paper and figure", ["name"]),
     "aggregate": (lambda a, c: phases.aggregate(c, a.results),
@@ -77,6 +83,7 @@ ARGUMENTS = {
     "setting": {"type": _setting, "help": "a setting, e.g. dp_gaussian-0.01 "
                                                "(fedleak plan lists them)"},
     "seed": {"type": int, "help": "an FL/attack seed of the configuration"},
+    "round": {"type": int, "help": "an FL round of attribute.rounds"},
     "name": {"help": "a target of the configuration, e.g. table5"},
     "configs": {"type": Path, "nargs": "+", "help": "paper configurations, e.g. "
                                                     "config/paper/*.yaml"},
@@ -106,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = cfg.load(args.config) if hasattr(args, "config") else None
         args.func(args, config)
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # bad input, missing or corrupted files, disk full
         print(f"fedleak {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0

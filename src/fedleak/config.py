@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import numbers
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
@@ -23,7 +24,12 @@ from jsonschema import Draft202012Validator, validators
 
 
 class ConfigError(ValueError):
-    """A configuration value that does not match the schema."""
+    """A configuration value that does not match the schema; ``key`` is its key path
+    (relative to what was checked) when one value is at fault."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 def _with_defaults(base):
@@ -37,9 +43,12 @@ def _with_defaults(base):
                     instance[key] = copy.deepcopy(sub["default"])
         yield from validate_properties(validator, properties, instance, schema)
 
-    # a Python tuple is an array too (attacks.build("gifd", steps=(200,)))
-    checker = base.TYPE_CHECKER.redefine(
-        "array", lambda _, instance: isinstance(instance, (list, tuple)))
+    # a Python tuple is an array too (attacks.build("gifd", steps=(200,))); an integer is an
+    # int, not 4.0 (which range() and tensor shapes refuse far from the configuration)
+    checker = base.TYPE_CHECKER.redefine_many({
+        "array": lambda _, instance: isinstance(instance, (list, tuple)),
+        "integer": lambda _, instance: isinstance(instance, numbers.Integral)
+        and not isinstance(instance, bool)})
     return validators.extend(base, {"properties": set_defaults}, type_checker=checker)
 
 
@@ -69,7 +78,8 @@ def _key_path(prefix: str, path) -> str:
 
 def _non_finite(value: Any, where: str) -> str | None:
     """The key path of the first NaN or infinite number inside ``value``, if any."""
-    if isinstance(value, float) and not math.isfinite(value):
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral) \
+            and not math.isfinite(value):  # numpy floats too
         return where
     if isinstance(value, dict):
         items = value.items()
@@ -91,7 +101,8 @@ def check(instance: Any, rules: dict, where: str = "", prefix: str = "invalid co
     was expected."""
     bad = _non_finite(instance, where)
     if bad:
-        raise ConfigError(f"{prefix}: '{bad}': NaN or infinite numbers are not allowed")
+        raise ConfigError(f"{prefix}: '{bad}': NaN or infinite numbers are not allowed; "
+                          f"expected a finite number", key=bad)
     resolver_schema = {**rules, "definitions": schema()["definitions"]}
     errors = sorted(DefaultFillingValidator(resolver_schema).iter_errors(instance),
                     key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
@@ -102,8 +113,9 @@ def check(instance: Any, rules: dict, where: str = "", prefix: str = "invalid co
             allowed = sorted(error.schema.get("properties", {}))
             extra = sorted(set(error.instance) - set(allowed))
             key = _key_path(where, [*error.absolute_path, extra[0]])
-            raise ConfigError(f"{prefix}: unknown key '{key}' (expected one of {allowed})")
-        raise ConfigError(f"{prefix}: '{key}': {error.message}")
+            raise ConfigError(f"{prefix}: unknown key '{key}' (expected one of {allowed})",
+                              key=key)
+        raise ConfigError(f"{prefix}: '{key}': {error.message}", key=key)
     return instance
 
 
@@ -202,7 +214,8 @@ def _validate_attacks(config: dict) -> None:
 
 
 SWEEPABLE = ("fl.", "attack.", "attacks.", "defenses.")
-ROW_KEYS = ("case", "dataset", "defense", "strength", "attack", "series", "seed")
+ROW_KEYS = ("case", "dataset", "defense", "strength", "attack", "series", "seed",
+            "adversary", "attribute", "round")  # the last three: attribute results
 
 
 def sweep_column(key: str) -> str:
@@ -257,7 +270,8 @@ def _validate_targets(config: dict) -> None:
                 columns |= {key, sweep_column(key)}
         layout = [*target.get("table", {}).get("rows", []),
                   *target.get("table", {}).get("columns", []),
-                  *(target.get("figure", {}).get(k) for k in ("x", "hue", "panels"))]
+                  *(target.get("figure", {}).get(k) for k in ("x", "hue", "panels")),
+                  *target.get("where", {})]
         unknown = sorted({k for k in layout if k is not None} - columns)
         if unknown:
             raise ConfigError(f"invalid config: 'targets.{name}': {unknown[0]!r} is not a column "
@@ -305,7 +319,111 @@ def validate(config: dict | None) -> dict:
         raise ConfigError(f"invalid config: 'attack.seeds' {missing} are not in 'fl.seeds' "
                           f"{config['fl']['seeds']} (attacks observe the FL run of their seed)")
     _validate_targets(config)
+    _validate_combinations(config)
     return config
+
+
+# Images per dataset (an upper bound where it depends on a folder): what a split can hold.
+# Datasets not listed here (attribute datasets) are checked when they are prepared.
+DATASET_SIZES = {"digits": 1797, "mnist": {"train": 60000, "test": 10000},
+                 "cifar10": {"train": 50000, "test": 10000},
+                 "cifar100": {"train": 50000, "test": 10000},
+                 "svhn": {"train": 73257, "test": 26032}}
+DATASET_CLASSES = {"cifar100": 100, "imagenet": 1000, "tinyimagenet": 200}
+
+
+IMAGE_DATASETS = ("digits", "natural", "mnist", "cifar10", "cifar100", "svhn", "imagenet",
+                  "tinyimagenet", "ffhq")
+
+
+def _dataset_size(name: str, spec: dict) -> int | None:
+    if name not in IMAGE_DATASETS:
+        return None
+    if spec.get("stand_in"):
+        return 1797 if spec["stand_in"] == "digits" else 1000  # datasets.STAND_IN_SIZE
+    if name == "natural":
+        return spec["count"]
+    if "max_images" in spec:
+        return spec["max_images"]
+    size = DATASET_SIZES.get(name)
+    return size.get(spec.get("split", "train")) if isinstance(size, dict) else size
+
+
+def split_capacity(config: dict, dataset: str, split: str = "train") -> int | None:
+    """An upper bound of the images in ``split`` of a configured dataset (None: unknown)."""
+    spec = config["datasets"].get(dataset, {})
+    size = _dataset_size(dataset, spec)
+    fractions = spec.get("splits") or {}
+    if size is None or not fractions:
+        return size
+    others = sum(v for k, v in fractions.items() if k != split)
+    share = max(fractions.get(split, 0), 1 - others if split == next(iter(fractions)) else 0)
+    # stratified rounding moves at most one image per class and split
+    return int(size * share) + DATASET_CLASSES.get(dataset, 10) * len(fractions)
+
+
+def _validate_combinations(config: dict) -> None:
+    """Values each valid alone that cannot work together: ConfigError naming both keys."""
+    for name, spec in config["datasets"].items():
+        fractions = spec.get("splits") if isinstance(spec, dict) else None
+        if fractions and sum(fractions.values()) > 1 + 1e-9:
+            raise ConfigError(f"invalid config: 'datasets.{name}.splits': fractions {fractions} "
+                              f"sum to {sum(fractions.values()):.6g}; expected at most 1")
+        if fractions and not any(v > 0 for v in fractions.values()):
+            raise ConfigError(f"invalid config: 'datasets.{name}.splits': every fraction is 0 "
+                              f"({fractions}); expected some > 0")
+    for key in ("fl.seeds", "attack.seeds"):
+        values = get_path(config, key)
+        if len(set(values)) != len(values):
+            raise ConfigError(f"invalid config: '{key}': {values} repeats a seed; expected "
+                              f"distinct seeds")
+    for label, entry in config["defenses"].items():
+        strengths = [repr(s) for s in entry["strengths"]]
+        if len(set(strengths)) != len(strengths):
+            raise ConfigError(f"invalid config: 'defenses.{label}.strengths': "
+                              f"{entry['strengths']} repeats a strength; expected distinct "
+                              f"values")
+    seen: dict = {}
+    for i, case in enumerate(config["cases"]):
+        part = case["partition"]
+        key = (case["dataset"], case["model"], part["kind"],
+               part["alpha"] if part["kind"] == "dirichlet" else None, part["clients"])
+        if key in seen:
+            raise ConfigError(f"invalid config: 'cases[{i}]': the same case as "
+                              f"'cases[{seen[key]}]' ({case['dataset']}, {case['model']}, "
+                              f"{part['kind']}, {part['clients']} clients); expected distinct "
+                              f"cases")
+        seen[key] = i
+        capacity = split_capacity(config, case["dataset"])
+        if capacity is not None and part["clients"] > capacity:
+            raise ConfigError(f"invalid config: 'cases[{i}].partition.clients': "
+                              f"{part['clients']} clients, but the train split of "
+                              f"{case['dataset']!r} holds at most {capacity} images; expected "
+                              f"at most {capacity}")
+        giml = config["giml"]
+        if capacity is not None and giml["observations"] * giml["batch_size"] > capacity and any(
+                entry.get("attack", label) == "giml" for label, entry in config["attacks"].items()):
+            raise ConfigError(f"invalid config: 'giml.observations' x 'giml.batch_size' = "
+                              f"{giml['observations']} x {giml['batch_size']} distinct images, "
+                              f"but the train split of {case['dataset']!r} holds at most "
+                              f"{capacity}; expected fewer")
+        wanted = config["attack"]["victims"] * config["attack"]["batch_size"]
+        if config["attacks"] and capacity is not None and wanted > capacity:
+            raise ConfigError(f"invalid config: 'attack.victims' x 'attack.batch_size' = "
+                              f"{config['attack']['victims']} x {config['attack']['batch_size']}"
+                              f" = {wanted} distinct images, but the train split of "
+                              f"{case['dataset']!r} holds at most {capacity}; expected fewer "
+                              f"victims or a smaller batch")
+    if config["attack"]["round"] > config["fl"]["rounds"]:
+        raise ConfigError(f"invalid config: 'attack.round': {config['attack']['round']} is after "
+                          f"the last FL round ('fl.rounds' {config['fl']['rounds']}); expected "
+                          f"0..{config['fl']['rounds']}")
+    gan = config["gan"]
+    fractions = config["datasets"].get(gan["dataset"], {}).get("splits") or {"all": 1}
+    if gan["split"] not in fractions:
+        raise ConfigError(f"invalid config: 'gan.split': {gan['split']!r} is not a split of "
+                          f"'datasets.{gan['dataset']}.splits'; expected one of "
+                          f"{sorted(fractions)}")
 
 
 def read(path: str | Path) -> dict:
@@ -313,7 +431,11 @@ def read(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file not found: {path}")
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"invalid config: {path} is not a UTF-8 text file ({err.reason} at "
+                          f"byte {err.start}); expected YAML or JSON") from None
     try:
         # JSON is parsed as JSON: PyYAML would read numbers such as 1e-05 as strings.
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)

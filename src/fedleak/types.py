@@ -71,18 +71,40 @@ class Update(dict):
 class DefenseContext:
     """One client's view when it defends its upload: the model, its batch, a seeded RNG
     and, when it is not the plain gradient of the batch (local steps), the update itself.
+    ``attributes`` maps each sensitive attribute of an attribute task (RecUP-FL) to the
+    batch's integer values, shape (B,); ``None`` for image tasks.
 
     ``generator`` is accepted as the older name of ``rng``.
     """
 
     def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                  rng: torch.Generator | None = None, gradient: Mapping | None = None, *,
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None,
+                 attributes: Mapping[str, torch.Tensor] | None = None) -> None:
         if rng is not None and generator is not None:
             raise TypeError("DefenseContext takes rng= or its older name generator=, not both")
+        if not isinstance(x, torch.Tensor) or x.ndim != 4:
+            raise ValueError(f"DefenseContext x must be a (B, C, H, W) torch.Tensor, got "
+                             f"{tuple(getattr(x, 'shape', ())) or type(x).__name__}")
+        if not isinstance(y, torch.Tensor) or tuple(y.shape) not in ((x.shape[0],),
+                                                                     (x.shape[0], *y.shape[1:2])):
+            raise ValueError(f"DefenseContext y must be a torch.Tensor of {x.shape[0]} labels "
+                             f"(one per image of x), got "
+                             f"{tuple(getattr(y, 'shape', ())) or type(y).__name__}")
+        own = getattr(model, "input_shape", None)
+        if own is not None and x.shape[1] != tuple(own)[0]:
+            raise ValueError(f"DefenseContext x has {x.shape[1]} channels, shape "
+                             f"{tuple(x.shape)}, but {type(model).__name__} takes images of "
+                             f"shape {tuple(own)}")
         self.model, self.x, self.y = model, x, y
         self.rng = rng or generator or torch.Generator().manual_seed(0)
         self.gradient = None if gradient is None else Update(gradient)
+        self.attributes = None if attributes is None else dict(attributes)
+        for key, values in (self.attributes or {}).items():
+            if tuple(values.shape) != (x.shape[0],):
+                raise ValueError(f"DefenseContext attributes[{key!r}] must have shape "
+                                 f"({x.shape[0]},), one value per sample, got "
+                                 f"{tuple(values.shape)}")
 
     def true_gradient(self) -> Update:
         """The undefended update of the client batch (computed once)."""
@@ -111,17 +133,33 @@ class Observation:
                 or self.batch_size < 1:
             raise ValueError(f"Observation batch_size must be an integer >= 1, "
                              f"got {self.batch_size!r}")
+        if not isinstance(self.gradient, Mapping) or not all(
+                isinstance(g, torch.Tensor) for g in self.gradient.values()):
+            raise TypeError(f"Observation gradient must be a dict parameter name -> "
+                            f"torch.Tensor (an Update, e.g. a defense's output), got "
+                            f"{_describe(self.gradient)}; pass dict(zip(names, tensors)) with "
+                            f"names from model.named_parameters()")
         self.gradient = Update(self.gradient)
         self.gradient.check(self.model)
+        own = getattr(self.model, "input_shape", None)
         if self.input_shape is None:
-            self.input_shape = getattr(self.model, "input_shape", None)
+            self.input_shape = own
             if self.input_shape is None:
                 raise ValueError(f"Observation needs input_shape=(C, H, W): "
                                  f"{type(self.model).__name__} has no input_shape attribute")
-        self.input_shape = tuple(self.input_shape)
+        try:
+            self.input_shape = tuple(int(v) for v in self.input_shape)
+        except (TypeError, ValueError):
+            raise TypeError(f"Observation input_shape must be a tuple (C, H, W) of ints, got "
+                            f"{self.input_shape!r}") from None
         if len(self.input_shape) != 3 or min(self.input_shape) < 1:
             raise ValueError(f"Observation input_shape must be (C, H, W) of positive sizes, "
                              f"got {self.input_shape}")
+        if own is not None and self.input_shape[0] != tuple(own)[0]:
+            raise ValueError(f"Observation input_shape {self.input_shape} has "
+                             f"{self.input_shape[0]} channels but "
+                             f"{type(self.model).__name__} takes {tuple(own)}; pass "
+                             f"input_shape={tuple(own)} or leave it out")
         if self.labels is not None and tuple(self.labels.shape) != (self.batch_size,):
             raise ValueError(f"Observation labels must have shape ({self.batch_size},), "
                              f"got {tuple(self.labels.shape)}")
@@ -150,6 +188,13 @@ class Observation:
         return [self.gradient[n].detach() for n, _ in self.model.named_parameters()]
 
 
+def _describe(value: Any) -> str:
+    if isinstance(value, Mapping):
+        kinds = sorted({type(v).__name__ for v in value.values()})
+        return f"a {type(value).__name__} of {', '.join(kinds) or 'nothing'}"
+    return type(value).__name__
+
+
 ARTIFACTS = {
     "evalnet": "the trained evaluation network (Refiner §3.3; fedleak train-evalnet)",
     "gan": "a trained generator prior (fedleak train-gan)",
@@ -157,6 +202,7 @@ ARTIFACTS = {
     "public_data": "public labelled images (x, y), the prepared dataset's public split",
     "bn_proxy": "BatchNorm statistics of public images (GradInversion BN_proxy)",
     "defense": "the defense whose uploads are attacked (a Defense or a registered name)",
+    "model_zoo": "defender models that infer sensitive attributes from gradients (RecUP-FL §4)",
 }
 
 

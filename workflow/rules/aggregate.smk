@@ -29,6 +29,7 @@ rule aggregate:
         attacks=TARGETS["attacks"],
         evalnet=TARGETS["evalnet"],
         targets=TARGETS["targets"],
+        attribute=TARGETS["attribute"],
     output:
         tables=[report(t, caption="../report/table.rst", category="Tables",
                        labels={"table": t.stem})

@@ -12,6 +12,7 @@ from fedleak.experiment.artifacts import Job, attack_inputs, defense_inputs
 from fedleak.experiment.phases import missing_datasets, outputs, target_files
 from fedleak.types import Setting
 from fedleak.utils.io import write_json
+from fedleak.utils.runlock import release_stale_lock
 
 DEFAULT_CONFIG = "config/config.yaml"
 RESULTS = Path("results")
@@ -38,7 +39,7 @@ def load_config():
             update_config(given, fedleak_config.read(path))
         update_config(given, typed(dict(workflow.config_settings.config)))
         return fedleak_config.validate(given)
-    except (fedleak_config.ConfigError, FileNotFoundError) as error:
+    except (fedleak_config.ConfigError, OSError) as error:
         sys.exit(f"fedleak: {error}")
 
 
@@ -47,12 +48,22 @@ config.clear()
 config.update(VALIDATED)
 # Every `fedleak` command reads the same validated configuration.
 CONFIG_JSON = RESULTS / "config.resolved.json"
-if not CONFIG_JSON.is_file() or json.loads(CONFIG_JSON.read_text()) != config:
+try:
+    CONFIG_CURRENT = json.loads(CONFIG_JSON.read_text()) == config
+except (OSError, ValueError):  # absent, or damaged by hand: written anew
+    CONFIG_CURRENT = False
+if not CONFIG_CURRENT:
     write_json(CONFIG_JSON, config)
 TARGETS = outputs(config, RESULTS)
 ROUNDS = plan.checkpoint_rounds(config)
 MISSING = missing_datasets(config, RESULTS)
 DRY_RUN = bool(workflow.output_settings and workflow.output_settings.dryrun)
+# A killed run leaves Snakemake's lock behind: remove it when its owner is gone, so that the
+# plain command resumes (unfinished jobs re-run: rerun-incomplete in the default profile).
+STALE_LOCK = release_stale_lock(take=not DRY_RUN and "--nolock" not in sys.argv
+                                ) if workflow.is_main_process else None
+if STALE_LOCK:
+    print(STALE_LOCK, file=sys.stderr)
 if MISSING and not DRY_RUN:
     sys.exit(f"fedleak: {MISSING[0]}")
 for reason in MISSING if DRY_RUN else []:
@@ -112,14 +123,34 @@ def giml_checkpoint(wildcards):
                config["attack"]["seeds"][0]).checkpoint
 
 
+def zoo_checkpoint(wildcards):
+    return paths.checkpoint(RESULTS, wildcards.case, plan.NONE, config["fl"]["seeds"][0],
+                            wildcards.round)
+
+
+def attribute_fl_metrics(wildcards):
+    """The setting's FL run: its checkpoints at attribute.rounds and its learning loss."""
+    fl = paths.fl_dir(RESULTS, wildcards.case, wildcards.setting, wildcards.seed)
+    return [fl / "metrics.json"] + [fl / f"round{r}.pt" for r in config["attribute"]["rounds"]]
+
+
+def attribute_params(wildcards):
+    """What an attribute job reads from the configuration: a change re-runs it."""
+    resolved = job(wildcards).resolved
+    return {"attribute": resolved["attribute"], "fl": resolved["fl"],
+            "defense": plan.defense_of(resolved, Setting.parse(wildcards.setting))}
+
+
 def aggregate_params():
     """What the aggregate reads from the configuration: a change re-runs it."""
     return {k: config[k] for k in ("title", "attack")}
 
 
 def caption(figure):
-    """The caption file of a standard figure: pmm_vs_psnr, tradeoff, censor, recon or evalnet."""
-    return next(kind for kind in ("pmm_vs_psnr", "tradeoff", "censor", "recon", "evalnet")
+    """The caption file of a standard figure: pmm_vs_psnr, tradeoff, censor, recon, evalnet
+    or attribute."""
+    return next(kind for kind in ("pmm_vs_psnr", "tradeoff", "censor", "recon", "evalnet",
+                                  "attribute")
                 if figure.stem.startswith(kind))
 
 

@@ -1,7 +1,9 @@
 """Datasets as float tensors in [0, 1], shape (N, C, H, W), with integer labels.
 
 - ``digits``: scikit-learn's bundled handwritten digits (1,797 images, 8x8, 10
-  classes), bilinearly upsampled to 32x32; 1 or 3 channels.
+  classes), bilinearly upsampled to 32x32; 1 or 3 channels. ``load("digits")`` adds the
+  sensitive attributes ``ink``, ``slant`` and ``stroke`` of ``digits_attributes`` (terciles
+  within each digit, so independent of the label).
 - ``natural``: seeded random 32x32 crops, at several scales, of the photographs
   bundled with scikit-image (``skimage.data``); label = index of the photograph.
 - ``mnist``: the MNIST idx files read with torchvision's readers from a local
@@ -12,9 +14,14 @@
   layout, ``<root>/<split>/<class>/<image>``, center-cropped and resized to ``size``
   (the first ``max_images`` in folder order).
 
+- ``digits_attributes``, ``mnist_attributes``, ``adult``, ``lfw``, ``celeba``,
+  ``audiomnist``: a task label and sensitive attributes (RecUP-FL), loaded by
+  ``fedleak.data.attributes`` (see there).
+
 Smoke runs replace a paper dataset by a stand-in of its image shape and class count
 (``stand_in``): ``digits`` (the bundled digits resized, labels kept) or ``fake``
-(torchvision's FakeData: seeded noise, for shapes only).
+(torchvision's FakeData: seeded noise, for shapes only). An attribute dataset's stand-in
+also carries its attributes (``attributes.stand_in``).
 """
 
 from __future__ import annotations
@@ -22,22 +29,27 @@ from __future__ import annotations
 import gzip
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+ATTRIBUTE_DATASETS = ("digits_attributes", "mnist_attributes", "adult", "lfw", "celeba",
+                      "audiomnist")  # fedleak.data.attributes
 DATASETS = ("digits", "natural", "mnist", "cifar10", "cifar100", "svhn", "imagenet",
-            "tinyimagenet", "ffhq")
+            "tinyimagenet", "ffhq", *ATTRIBUTE_DATASETS)
 IMAGE_FOLDERS = {"imagenet": 1000, "tinyimagenet": 200, "ffhq": 10}  # classes
 TORCHVISION = {"cifar10": ("CIFAR10", "cifar-10-batches-py"),
                "cifar100": ("CIFAR100", "cifar-100-python"), "svhn": ("SVHN", "svhn")}
 # (channels, height, width, classes) of the datasets a stand-in imitates
 SHAPES = {"mnist": (1, 28, 28, 10), "cifar10": (3, 32, 32, 10), "cifar100": (3, 32, 32, 100),
           "svhn": (3, 32, 32, 10), "imagenet": (3, 64, 64, 1000),
-          "tinyimagenet": (3, 64, 64, 200), "ffhq": (3, 32, 32, 10)}
+          "tinyimagenet": (3, 64, 64, 200), "ffhq": (3, 32, 32, 10),
+          # attribute datasets: task classes; adult's rows are (1, 1, features)
+          "mnist_attributes": (1, 28, 28, 2), "adult": (1, 1, 103, 2), "lfw": (3, 62, 47, 2),
+          "celeba": (3, 32, 32, 2), "audiomnist": (1, 64, 64, 10)}
 STAND_IN_SIZE = 1000
 NATURAL_PHOTOS = (
     "astronaut", "brick", "camera", "cat", "coffee", "coins", "grass", "gravel",
@@ -47,17 +59,30 @@ NATURAL_PHOTOS = (
 
 @dataclass(frozen=True)
 class ImageData:
+    """Images (or tabular rows stored as (N, 1, 1, F)) with task labels and, for attribute
+    tasks (RecUP-FL), sensitive attributes: name -> (N,) int64, independent of ``y``."""
+
     x: torch.Tensor  # (N, C, H, W) float32 in [0, 1]
     y: torch.Tensor  # (N,) int64
     num_classes: int
+    attributes: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.x.ndim != 4 or self.x.shape[0] != self.y.shape[0]:
             raise ValueError(f"expected x (N,C,H,W) and y (N,), got {tuple(self.x.shape)} "
                              f"and {tuple(self.y.shape)}")
+        for name, values in self.attributes.items():
+            if tuple(values.shape) != (self.x.shape[0],):
+                raise ValueError(f"attribute {name!r} must have shape ({self.x.shape[0]},), "
+                                 f"got {tuple(values.shape)}")
 
     def __len__(self) -> int:
         return self.x.shape[0]
+
+    def subset(self, idx: torch.Tensor) -> ImageData:
+        """The samples at ``idx``, attributes included."""
+        return ImageData(self.x[idx], self.y[idx], self.num_classes,
+                         {k: v[idx] for k, v in self.attributes.items()})
 
 
 def to_channels(x: torch.Tensor, channels: int) -> torch.Tensor:
@@ -144,19 +169,31 @@ def load_mnist(root: str | Path, split: str = "test", download: bool = False) ->
     if not all(found):
         raise FileNotFoundError(
             f"MNIST {split} split not found: expected {raw / names[0]}(.gz) and "
-            f"{raw / names[1]}(.gz); set data.mnist.root to the folder holding MNIST/raw "
-            f"or data.mnist.download: true where a network is available")
+            f"{raw / names[1]}(.gz); set datasets.mnist.root to the folder holding MNIST/raw "
+            f"or datasets.mnist.download: true where a network is available")
     with tempfile.TemporaryDirectory() as tmp:
-        plain = []
-        for path in found:
-            if path.suffix == ".gz":
-                target = Path(tmp) / path.stem
-                with gzip.open(path, "rb") as src, open(target, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-                path = target
-            plain.append(path)
-        images = read_image_file(str(plain[0]))
-        labels = read_label_file(str(plain[1]))
+        read = []
+        for path, reader in zip(found, (read_image_file, read_label_file)):
+            try:
+                if path.suffix == ".gz":
+                    target = Path(tmp) / path.stem
+                    with gzip.open(path, "rb") as src, open(target, "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+                    plain = target
+                else:
+                    plain = path
+                read.append(reader(str(plain)))
+            except (OSError, EOFError, RuntimeError, ValueError, AssertionError) as err:
+                raise ValueError(
+                    f"MNIST file {path} is truncated or corrupted ({type(err).__name__}: "
+                    f"{' '.join(str(err).split())[:120] or 'bad header'}); replace it with a "
+                    f"fresh copy, e.g. delete it and run torchvision.datasets.MNIST(root, "
+                    f"download=True) where a network is available") from None
+        images, labels = read
+    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+        raise ValueError(f"MNIST files {found[0]} and {found[1]} do not match: "
+                         f"{tuple(images.shape)} images, {tuple(labels.shape)} labels; "
+                         f"replace them with fresh copies (torchvision.datasets.MNIST)")
     x = (images.float() / 255.0).unsqueeze(1).contiguous()
     return ImageData(x, labels.long(), 10)
 
@@ -201,9 +238,22 @@ def load_image_folder(name: str, root: str | Path, split: str = "val", size: int
                                 f"layout <root>/<split>/<class>/<image> (datasets.{name}.root)")
     prepare = transforms.Compose([transforms.Resize(size), transforms.CenterCrop(size),
                                   transforms.PILToTensor()])
-    dataset = ImageFolder(str(folder), transform=prepare)
+    try:
+        dataset = ImageFolder(str(folder), transform=prepare)
+    except (FileNotFoundError, OSError) as err:  # no class folders, or none with images
+        raise FileNotFoundError(f"{name}: {err} Expected torchvision's ImageFolder layout "
+                                f"{folder}/<class>/<image> (datasets.{name}.root, "
+                                f"datasets.{name}.split)") from None
     count = min(len(dataset), max_images)
-    images, labels = zip(*(dataset[i] for i in range(count)))
+
+    def item(i: int) -> tuple:
+        try:
+            return dataset[i]
+        except OSError as err:  # PIL: truncated file, not an image
+            raise ValueError(f"{name}: cannot read image {dataset.samples[i][0]} ({err}); "
+                             f"replace or delete it") from None
+
+    images, labels = zip(*(item(i) for i in range(count)))
     x = torch.stack(images).float() / 255.0
     return ImageData(x, torch.as_tensor(labels, dtype=torch.int64),
                      max(IMAGE_FOLDERS[name], len(dataset.classes)))
@@ -214,6 +264,10 @@ def load_stand_in(name: str, kind: str, seed: int = 0) -> ImageData:
     if name not in SHAPES:
         raise ValueError(f"no stand-in shape for dataset {name!r}; expected one of "
                          f"{sorted(SHAPES)}")
+    if name in ATTRIBUTE_DATASETS:
+        from fedleak.data.attributes import stand_in
+
+        return stand_in(name, kind, seed)
     channels, height, width, classes = SHAPES[name]
     if kind == "digits":
         digits = load_digits(channels, height)
@@ -233,8 +287,13 @@ def load_stand_in(name: str, kind: str, seed: int = 0) -> ImageData:
 def missing(name: str, options: dict) -> str | None:
     """Why dataset ``name`` cannot be loaded with ``options`` before any job runs (a local
     root without its files and no download asked for), or None when it can."""
-    if options.get("stand_in") or options.get("download") or name not in {
-            "mnist", *TORCHVISION, *IMAGE_FOLDERS}:
+    if options.get("stand_in"):
+        return None
+    if name in ATTRIBUTE_DATASETS:
+        from fedleak.data.attributes import missing as missing_attribute_data
+
+        return missing_attribute_data(name, options)
+    if options.get("download") or name not in {"mnist", *TORCHVISION, *IMAGE_FOLDERS}:
         return None
     root = Path(options["root"])
     if name in IMAGE_FOLDERS:
@@ -268,7 +327,18 @@ def load(name: str, **options) -> ImageData:
         return load_torchvision(name, **options)
     if name in IMAGE_FOLDERS:
         return load_image_folder(name, **options)
-    loaders = {"digits": load_digits, "natural": load_natural, "mnist": load_mnist}
+    if name in ATTRIBUTE_DATASETS:
+        from fedleak.data.attributes import LOADERS
+
+        return LOADERS[name](**options)
+    if name == "digits":  # with the attributes that the digit does not imply
+        from fedleak.data.attributes import CLASSES, digit_attributes
+
+        digits = load_digits(**options)
+        found = digit_attributes(digits.x, digits.y)
+        return ImageData(digits.x, digits.y, digits.num_classes,
+                         {a: found[a] for a in CLASSES["digits"]})
+    loaders = {"natural": load_natural, "mnist": load_mnist}
     if name not in loaders:
-        raise ValueError(f"unknown dataset {name!r}; expected one of {sorted(loaders)}")
+        raise ValueError(f"unknown dataset {name!r}; expected one of {sorted(DATASETS)}")
     return loaders[name](**options)

@@ -7,6 +7,7 @@ from fedleak.defenses import (  # noqa: F401  (registration)
     none,
     pruning,
     quantization,
+    recupfl,
     refiner,
     soteria,
 )

@@ -28,7 +28,8 @@ class Defense(ABC):
         """One draw of the defense applied to ``trial``, the gradient of the batch in ``ctx``,
         differentiably: what an adaptive attacker (EOT) averages. By default the defense
         itself run on ``trial``."""
-        return self(DefenseContext(ctx.model, ctx.x, ctx.y, ctx.rng, gradient=trial))
+        return self(DefenseContext(ctx.model, ctx.x, ctx.y, ctx.rng, gradient=trial,
+                                   attributes=ctx.attributes))
 
     @property
     def knob(self) -> str | None:

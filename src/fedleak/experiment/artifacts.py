@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from fedleak import attacks, data, defenses, models
+from fedleak import adversaries, attacks, data, defenses, models
 from fedleak.attacks.bn_statistics import dataset_statistics
 from fedleak.experiment import paths, plan
 from fedleak.types import Setting
@@ -28,6 +28,7 @@ class Job:
     case: str
     setting: Setting
     seed: int
+    zoo_round: int | None = None  # the round whose model zoo RecUP-FL loads (None: the first)
 
     def __post_init__(self) -> None:
         self.results = Path(self.results)
@@ -89,6 +90,15 @@ def _giml(job: Job) -> Path:
     return paths.giml_file(job.results, job.case)
 
 
+def _zoo_files(job: Job) -> list[Path]:
+    return [paths.zoo_file(job.results, job.case, r) for r in job.config["attribute"]["rounds"]]
+
+
+def _zoo(job: Job) -> adversaries.ModelZoo:
+    round_ = job.config["attribute"]["rounds"][0] if job.zoo_round is None else job.zoo_round
+    return adversaries.load_zoo(paths.zoo_file(job.results, job.case, round_))
+
+
 KINDS: dict[str, Kind] = {
     "evalnet": Kind(lambda job: [_evalnet(job)],
                     lambda job, _: models.evalnet.load_evaluation_network(_evalnet(job))),
@@ -101,6 +111,7 @@ KINDS: dict[str, Kind] = {
     "bn_proxy": Kind(lambda job: [paths.data_manifest(job.results, job.dataset)],
                      lambda job, model: dataset_statistics(
                          model, _public(job).x.to(next(model.parameters()).device))),
+    "model_zoo": Kind(_zoo_files, lambda job, _: _zoo(job)),
     "defense": Kind(lambda job: defense_inputs(job),
                     lambda job, model: build_defense(job, model)),
 }

@@ -1,5 +1,6 @@
 """The runs a target reads, as the frames of ``report.targets.TargetInputs``: every point of
-its selections (case x setting x attacks x seeds) with its series and swept values."""
+its selections (case x setting x attacks x seeds) with its series and swept values, and the
+attribute jobs of its points (RecUP-FL) where the plan has them."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from fedleak.report.tables import fl_rows, load_record, victim_rows
 from fedleak.report.targets import TargetInputs
 from fedleak.types import Setting
 
-NONE = Setting("none", 0)
+NONE = plan.NONE
 
 
 def _keys(config: dict, point: plan.Point, seed: int) -> dict:
@@ -41,9 +42,26 @@ def _fl_summary(config: dict, results: Path, case: str, setting: Setting, seed: 
             "pmm": float(pmm(run["final_accuracy"], reference)) if base.is_file() else np.nan}
 
 
+def _attribute_rows(path: Path, keys: dict) -> list[dict]:
+    """One attribute job's rows (adversary, attribute, round), each with its ASR, chance,
+    the FL run's learning loss and accuracy, and the point's keys."""
+    job = load_record(path, ["rows", "learning_loss", "accuracy"])
+    return [{**keys, "adversary": row["adversary"], "attribute": row["attribute"],
+             "round": row["round"], "attribute_asr": row["asr"], "chance": row["chance"],
+             "learning_loss": job["learning_loss"], "accuracy": job["accuracy"]}
+            for row in job["rows"]]
+
+
 def target_inputs(config: dict, results: Path, name: str) -> TargetInputs:
-    victims, fl, history, details = [], [], [], []
+    victims, fl, history, details, attribute = [], [], [], [], []
+    attributed = set(plan.attribute_jobs(config))
     for point in (p for p in plan.points(config) if p.target == name):
+        setting = plan.fl_setting(point.setting)
+        if (point.case, setting) in attributed:
+            for seed in config["fl"]["seeds"]:
+                attribute += _attribute_rows(
+                    paths.attribute_metrics(results, point.case, setting, seed),
+                    _keys(config, point, seed))
         for seed in config["fl"]["seeds"]:
             keys = _keys(config, point, seed)
             summary = _fl_summary(config, results, point.case, point.setting, seed)
@@ -66,4 +84,4 @@ def target_inputs(config: dict, results: Path, name: str) -> TargetInputs:
                                                              seed))}
                         for label in point.attacks]
     return TargetInputs(pd.DataFrame(victims), pd.DataFrame(fl), pd.DataFrame(history),
-                        pd.DataFrame(details))
+                        pd.DataFrame(details), pd.DataFrame(attribute))

@@ -42,6 +42,16 @@ def checkpoint(results: Path, case: str, setting: Part, seed: Part, round_: Part
     return fl_dir(results, case, setting, seed) / f"round{round_}.pt"
 
 
+def zoo_file(results: Path, case: str, round_: Part) -> Path:
+    """RecUP-FL's model zoo of one case, trained on gradients of the model at ``round_``."""
+    return Path(results) / "zoo" / case / f"round{round_}.pt"
+
+
+def attribute_metrics(results: Path, case: str, setting: Part, seed: Part) -> Path:
+    """One setting's attribute-inference results (RecUP-FL §5.4), every round and adversary."""
+    return Path(results) / "attribute" / case / str(setting) / f"seed{seed}" / "metrics.json"
+
+
 def attack_dir(results: Path, case: str, setting: Part, seed: Part) -> Path:
     return Path(results) / "attacks" / case / str(setting) / f"seed{seed}"
 

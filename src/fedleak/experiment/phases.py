@@ -18,10 +18,17 @@ from fedleak.experiment import paths, plan
 from fedleak.experiment.artifacts import Job, build_attack, build_defense, kinds_needed
 from fedleak.fl import FLSettings, client_update, run_federated
 from fedleak.types import Observation, Setting
-from fedleak.utils.io import load_torch, save_image_grid, save_npy, save_torch, write_json
+from fedleak.utils.io import (
+    load_state,
+    load_torch,
+    save_image_grid,
+    save_npy,
+    save_torch,
+    write_json,
+)
 from fedleak.utils.seeding import child_seeds, seed_everything
 
-NONE = Setting("none", 0)
+NONE = plan.NONE
 
 
 def _loader_options(config: dict, dataset: str) -> tuple[dict, dict, int]:
@@ -104,19 +111,17 @@ def train_gan(config: dict, results: Path) -> None:
 
 def build_model(case: dict, prepared: data.ImageData) -> torch.nn.Module:
     options = {"uniform_init": case["uniform_init"]} if case["model"] == "lenet" else {}
+    if case["model"] == "attribute_cnn":
+        options["layout"] = case["layout"]
     c, h, _ = prepared.x.shape[1:]
-    return models.build(case["model"], c, prepared.num_classes, h, **options)
+    return models.build(case["model"], c, prepared.num_classes, h,
+                        input_shape=tuple(prepared.x.shape[1:]), **options)
 
 
-def _model_at(job: Job, train: data.ImageData, checkpoint: Path) -> torch.nn.Module:
+def model_at(job: Job, train: data.ImageData, checkpoint: Path) -> torch.nn.Module:
     model = build_model(job.spec, train)
-    state = load_torch(checkpoint)
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as err:
-        raise ValueError(f"{checkpoint} does not fit case {job.case!r} "
-                         f"({type(model).__name__}): {str(err).splitlines()[0]}") from None
-    return model
+    return load_state(model, load_torch(checkpoint), checkpoint,
+                      f"case {job.case!r} ({type(model).__name__})")
 
 
 def train_giml(config: dict, results: Path, case: str) -> None:
@@ -127,7 +132,7 @@ def train_giml(config: dict, results: Path, case: str) -> None:
     job = Job(config, results, case, NONE, config["attack"]["seeds"][0])
     seed_everything(spec["seed"], config["threads"])
     train = data.load_prepared(job.data_dir, "train")
-    model = _model_at(job, train, job.checkpoint)
+    model = model_at(job, train, job.checkpoint)
     rng = np.random.default_rng(spec["seed"])
     chosen = rng.choice(len(train), spec["observations"] * spec["batch_size"], replace=False)
     observations = []
@@ -150,6 +155,7 @@ def run_fl(config: dict, results: Path, case: str, setting: Setting, seed: int) 
     """Federated training of one case under one setting's defense; the model is saved at
     every round some setting attacks, and at the end."""
     job = Job(config, results, case, plan.fl_setting(setting), seed)
+    _check_seed(seed, config["fl"]["seeds"], "fl.seeds")
     seeds = child_seeds(seed, ["partition", "init", "rounds"])
     seed_everything(seeds["init"], config["threads"])
     train = data.load_prepared(job.data_dir, "train")
@@ -161,7 +167,11 @@ def run_fl(config: dict, results: Path, case: str, setting: Setting, seed: int) 
     model = build_model(job.spec, train)
     rounds = set(plan.checkpoint_rounds(config))
 
+    diverged: list[int] = []  # the first round that starts from non-finite weights
+
     def checkpoint(r: int, m: torch.nn.Module) -> None:
+        if not diverged and not all(torch.isfinite(p).all() for p in m.parameters()):
+            diverged.append(r)
         if r in rounds:
             save_torch(paths.checkpoint(results, case, job.setting, seed, r), m.state_dict())
 
@@ -169,6 +179,15 @@ def run_fl(config: dict, results: Path, case: str, setting: Setting, seed: int) 
     history = run_federated(model, train, test, shards, defense,
                             FLSettings.from_config(job.resolved["fl"]), seeds["rounds"],
                             checkpoint)
+    failure = None
+    if diverged:  # a defense (or the server optimiser) made the weights NaN/inf
+        failure = (f"diverged: the model's weights are NaN/inf from round {diverged[0]} on (a "
+                   f"defended upload or the server step was not finite); accuracy from then "
+                   f"on is not measured")
+        for entry in history:
+            if entry["round"] >= diverged[0]:
+                entry["accuracy"] = float("nan")
+        print(f"FL {case} {job.setting} seed {seed}: {failure}", file=sys.stderr)
     save_torch(job.fl_dir / "final.pt", model.state_dict())
     uploads = sum(entry["uploads"] for entry in history)
     write_json(job.fl_dir / "metrics.json", {
@@ -176,10 +195,16 @@ def run_fl(config: dict, results: Path, case: str, setting: Setting, seed: int) 
         "strength": job.setting.strength, "seed": seed, "history": history,
         "final_accuracy": history[-1]["accuracy"], "client_sizes": [len(s) for s in shards],
         "fallback_rate": sum(entry["fallbacks"] for entry in history) / max(uploads, 1),
-        "wall_time": time.perf_counter() - start,
+        "wall_time": time.perf_counter() - start, "failure": failure,
     })
     print(f"FL {case} {job.setting} seed {seed}: accuracy {history[-1]['accuracy']:.4f}",
           file=sys.stderr)
+
+
+def _check_seed(seed: int, seeds: list[int], key: str) -> None:
+    if seed not in seeds:
+        raise ValueError(f"--seed {seed} is not one of '{key}' {seeds}; expected one of them "
+                         f"(`fedleak plan` lists the jobs)")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -203,7 +228,10 @@ def _victims(job: Job, model: torch.nn.Module, train: data.ImageData,
     for v in range(spec["victims"]):
         idx = torch.from_numpy(np.sort(chosen[v * spec["batch_size"]:(v + 1) * spec["batch_size"]]))
         x, y = train.x[idx].to(device), train.y[idx].to(device)
-        upload = client_update(model, lambda _step, x=x, y=y: (x, y), fl["local_steps"],
+        # attribute tasks: the batch's sensitive attributes, which RecUP-FL protects
+        batch = (x, y, {a: values[idx] for a, values in train.attributes.items()}) \
+            if train.attributes else (x, y)
+        upload = client_update(model, lambda _step, b=batch: b, fl["local_steps"],
                                fl["local_lr"], defense,
                                torch.Generator().manual_seed(seeds["defense"] + v))
         observations.append(Observation(
@@ -221,9 +249,21 @@ IMAGE_METRICS = {"psnr": metrics.psnr, "ssim": metrics.ssim, "mse": metrics.mse,
 def _victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstruction,
                    wanted: list[str], evalnet: torch.nn.Module | None
                    ) -> tuple[dict, torch.Tensor]:
-    """One victim's metrics (batch means, and per image for batches of more than one)."""
+    """One victim's metrics (batch means, and per image for batches of more than one).
+
+    ``failure`` says why a victim's numbers are not a reconstruction's: a defended upload
+    with NaN/inf values, a reconstruction with NaN/inf pixels (its image metrics are NaN,
+    never averaged: tables count such victims) or a metric that came out NaN."""
     idx, x, y = truth
-    matched = metrics.match(rec.images.cpu(), x)
+    failure = None
+    if not all(torch.isfinite(g).all() for g in obs.gradient.values()):
+        failure = "the defended upload has NaN/inf values (the defense diverged)"
+    images = rec.images.detach().cpu()
+    finite = bool(torch.isfinite(images).all())
+    if not finite:
+        failure = f"diverged: the reconstruction has NaN/inf pixels (stop: {rec.stop_reason})"
+        images = torch.nan_to_num(images, nan=0.0, posinf=1.0, neginf=0.0)  # the grid only
+    matched = metrics.match(images, x)
     single = len(y) == 1
     record = {
         "victim": v, "indices": idx.tolist(),
@@ -234,11 +274,18 @@ def _victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstr
         "wall_time": rec.wall_time, "fallback": bool(obs.gradient.info.get("fallback", False)),
     }
     for name in wanted:
-        values = (metrics.noise_ratio(matched, evalnet, reduction="none") if name == "noise_ratio"
-                  else IMAGE_METRICS[name](matched, x, reduction="none"))
+        if not finite:
+            values = np.full(len(y), np.nan)
+        else:
+            values = np.asarray(metrics.noise_ratio(matched, evalnet, reduction="none")
+                                if name == "noise_ratio"
+                                else IMAGE_METRICS[name](matched, x, reduction="none"), float)
+            if name != "lpips" and not np.isfinite(values).all():  # lpips: NaN when offline
+                failure = failure or f"the {name} metric is NaN/inf on this reconstruction"
         record[name] = float(np.mean(values))
         if not single:
             record[f"{name}_per_image"] = [float(value) for value in values]
+    record["failure"] = failure
     return record, matched
 
 
@@ -250,7 +297,8 @@ def _save_details(out: Path, label: str, recs: list[attacks.Reconstruction], tru
     save_image_grid(torch.cat([truth_images, torch.cat(matched[:shown])]),
                     out / f"recon_{label}.png", nrow=len(truth_images))
     if spec["snapshots"]:  # (victims, snapshots + the truth, batch, C, H, W), uint8
-        frames = np.stack([np.stack([*(metrics.match(rec.snapshots[t], truth[1]).numpy()
+        frames = np.stack([np.stack([*(metrics.match(torch.nan_to_num(rec.snapshots[t]),
+                                                     truth[1]).numpy()
                                        for t in spec["snapshots"]), truth[1].numpy()])
                            for rec, truth in zip(recs, truths)])
         save_npy(out / f"snapshots_{label}.npy", (frames * 255).round().astype(np.uint8))
@@ -258,9 +306,22 @@ def _save_details(out: Path, label: str, recs: list[attacks.Reconstruction], tru
         write_json(out / f"traces_{label}.json", [rec.loss_trace for rec in recs])
 
 
+def _failed(obs: Observation, reason: str, snapshots: list[int]) -> attacks.Reconstruction:
+    """What an attack that broke down numerically recorded: NaN images, the reason."""
+    images = torch.full((obs.batch_size, *obs.input_shape), float("nan"))
+    return attacks.Reconstruction(images, torch.zeros(obs.batch_size, dtype=torch.long), [], 0,
+                                  0.0, reason, snapshots={t: images for t in snapshots})
+
+
+def _finite_mean(values: list[float]) -> float:
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.mean(finite)) if finite else float("nan")
+
+
 def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: int) -> None:
     """The job's attacks, each against the same defended uploads of one setting."""
     job = Job(config, results, case, setting, seed)
+    _check_seed(seed, config["attack"]["seeds"], "attack.seeds")
     labels = job.attacks
     if not labels:
         raise ValueError(f"setting {setting.text!r} of case {case!r} is planned for FL only; "
@@ -269,7 +330,7 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
     seeds = child_seeds(seed, ["victims", "defense", "attack"])
     seed_everything(seeds["attack"], config["threads"])
     train = data.load_prepared(job.data_dir, "train")
-    model = _model_at(job, train, job.checkpoint).to(resolve_device(config["device"]))
+    model = model_at(job, train, job.checkpoint).to(resolve_device(config["device"]))
     defense = build_defense(job, model)
     built = {label: build_attack(job, label, model, defense, seeds["attack"]) for label in labels}
     evalnet = (models.evalnet.load_evaluation_network(paths.evalnet_file(results, job.dataset))
@@ -279,8 +340,12 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
     runs = {}
     for label in labels:
         count = plan.victims(job.resolved, label)
-        recs = attacks.reconstruct_all(built[label], observations[:count], spec["snapshots"],
-                                       progress=f"{label} vs {setting}")
+        try:
+            recs = attacks.reconstruct_all(built[label], observations[:count],
+                                           spec["snapshots"], progress=f"{label} vs {setting}")
+        except (ArithmeticError, torch.linalg.LinAlgError) as err:  # numerical breakdown
+            recs = [_failed(obs, f"failed: {type(err).__name__}: {err}", spec["snapshots"])
+                    for obs in observations[:count]]
         records, matched = zip(*(_victim_record(v, truth, obs, rec, spec["metrics"], evalnet)
                                  for v, (truth, obs, rec)
                                  in enumerate(zip(truths, observations, recs))))
@@ -288,9 +353,12 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
                       list(matched), spec)
         runs[label] = {"attack": plan.attack_of(job.resolved, label)[0],
                        "params": plan.attack_of(job.resolved, label)[1], "victims": list(records)}
-        summary = ", ".join(f"{m} {np.mean([r[m] for r in records]):.4g}"
+        summary = ", ".join(f"{m} {_finite_mean([r[m] for r in records]):.4g}"
                             for m in spec["metrics"][:2])
-        print(f"{label} vs {setting}: {summary} over {count} victims", file=sys.stderr)
+        failed = [f"victim {r['victim']}: {r['failure']}" for r in records if r["failure"]]
+        print(f"{label} vs {setting}: {summary} over {count} victims"
+              + (f"; {len(failed)} failed ({'; '.join(failed)})" if failed else ""),
+              file=sys.stderr)
     write_json(out / "metrics.json", {
         "case": case, "setting": setting.text, "defense": setting.label,
         "strength": setting.strength, "seed": seed, "round": spec["round"], "runs": runs,
@@ -305,7 +373,7 @@ def outputs(config: dict, results: Path) -> dict[str, list[Path]]:
     prior, GIML's generators, the evaluation network and the data they train on appear only
     when a planned defense, attack or metric needs them."""
     out: dict[str, list[Path]] = {"fl": [], "attacks": [], "gan": [], "giml": [],
-                                  "evalnet": []}
+                                  "evalnet": [], "zoo": []}
     for case, setting in plan.fl_jobs(config):
         out["fl"] += [paths.fl_metrics(results, case, setting, seed)
                       for seed in config["fl"]["seeds"]]
@@ -321,7 +389,12 @@ def outputs(config: dict, results: Path) -> dict[str, list[Path]]:
             out["giml"].append(paths.giml_file(results, case))
         if "evalnet" in kinds:
             out["evalnet"].append(paths.evalnet_file(results, job.dataset))
-    for key in ("gan", "giml", "evalnet"):
+        if "model_zoo" in kinds:
+            out["zoo"] += [paths.zoo_file(results, case, r) for r in config["attribute"]["rounds"]]
+    out["attribute"] = [paths.attribute_metrics(results, case, setting, seed)
+                        for case, setting in plan.attribute_jobs(config)
+                        for seed in config["fl"]["seeds"]]
+    for key in ("gan", "giml", "evalnet", "zoo"):
         out[key] = sorted(set(out[key]))
     datasets = {plan.find_case(config, case)["dataset"] for case in plan.case_names(config)}
     if out["evalnet"]:
@@ -339,10 +412,12 @@ def outputs(config: dict, results: Path) -> dict[str, list[Path]]:
 def tables(config: dict) -> list[str]:
     """The standard tables: every FL and attack run of the plan, row by row and summarised."""
     names = ["utility", "privacy", "tradeoff", "timing"]
-    if not config["targets"]:
+    if not config["targets"] and plan.attack_jobs(config):
         names.append("censor_table")
     if any(job_needs_evalnet(config, case, s) for case, s in plan.jobs(config)):
         names.append("evalnet_monotonicity")
+    if plan.attribute_jobs(config):
+        names += ["attribute", "attribute_gap"]
     return names
 
 
@@ -350,11 +425,13 @@ def figures(config: dict) -> list[str]:
     """The standard figures of a configuration without targets (its targets draw their own)."""
     if config["targets"]:
         return []
-    labels = plan.attack_labels(config)
+    labels = plan.attack_labels(config) if plan.attack_jobs(config) else []
     return ([f"pmm_vs_psnr_{a}" for a in labels] + [f"recon_{a}" for a in labels]
-            + [f"tradeoff_{m}" for m in ("psnr", "ssim", "lpips", "stlpips", "noise_ratio")]
+            + [f"tradeoff_{m}" for m in ("psnr", "ssim", "lpips", "stlpips", "noise_ratio")
+               if labels]
             + (["censor_tradeoff"] if "censor_table" in tables(config) else [])
-            + (["evalnet_monotonicity"] if "evalnet_monotonicity" in tables(config) else []))
+            + (["evalnet_monotonicity"] if "evalnet_monotonicity" in tables(config) else [])
+            + (["attribute_tradeoff"] if "attribute" in tables(config) else []))
 
 
 def job_needs_evalnet(config: dict, case: str, setting: Setting) -> bool:
@@ -377,13 +454,19 @@ def write_target(config: dict, results: Path, name: str) -> None:
 
 
 def target_files(config: dict, results: Path, name: str) -> list[Path]:
-    """The metrics files a target reads (its FL runs, the undefended ones, its attack jobs)."""
+    """The metrics files a target reads (its FL runs, the undefended ones, its attack jobs
+    and its attribute jobs)."""
     files, planned = set(), set(plan.fl_jobs(config))
+    attributed = set(plan.attribute_jobs(config))
     for point in (p for p in plan.points(config) if p.target == name):
         for setting in (plan.fl_setting(point.setting), NONE):
             if (point.case, setting) in planned:
                 files |= {paths.fl_metrics(results, point.case, setting, seed)
                           for seed in config["fl"]["seeds"]}
+        if (point.case, plan.fl_setting(point.setting)) in attributed:
+            files |= {paths.attribute_metrics(results, point.case,
+                                              plan.fl_setting(point.setting), seed)
+                      for seed in config["fl"]["seeds"]}
         if point.attacks:
             files |= {paths.attack_metrics(results, point.case, point.setting, seed)
                       for seed in config["attack"]["seeds"]}
@@ -396,8 +479,11 @@ def aggregate(config: dict, results: Path) -> None:
 
     wanted = outputs(config, results)
     evalnet_json = [p.with_suffix(".json") for p in wanted["evalnet"]]
+    names = tables(config)
     tables_ = report.write_tables(wanted["fl"], wanted["attacks"], evalnet_json,
-                                  results / "tables", tables(config))
+                                  results / "tables", [n for n in names if "attribute" not in n])
+    if "attribute" in names:
+        tables_.update(report.write_attribute_tables(wanted["attribute"], results / "tables"))
     figures_ = report.write_figures(tables_, wanted["attacks"], results / "figures",
                                     figures(config))
     targets = [report.load_target(path) for path in wanted["targets"]]
@@ -407,7 +493,7 @@ def aggregate(config: dict, results: Path) -> None:
 def compare(config: dict, results: Path) -> str:
     """Every target's numbers beside the paper's, as text (``fedleak compare``)."""
     from fedleak.experiment.gather import target_inputs
-    from fedleak.report.targets import build_table
+    from fedleak.report.targets import build_table, select_rows
     from fedleak.report.targets import compare as beside
 
     blocks = []
@@ -415,7 +501,8 @@ def compare(config: dict, results: Path) -> str:
         reference, spec = config["reference"][name], config["targets"][name]
         if "table" not in spec:
             continue
-        table = build_table(spec["table"], target_inputs(config, results, name))
+        table = build_table(spec["table"], select_rows(target_inputs(config, results, name),
+                                                       spec.get("where")))
         keys = [*spec["table"]["rows"], *spec["table"].get("columns", [])]
         comparison, agreement = beside(table, keys, reference)
         order = ", ".join(f"{m} {a}" for m, a in agreement.items())

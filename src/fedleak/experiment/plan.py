@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedleak import config as cfg
+from fedleak import data
 from fedleak.types import Setting, frozen, number_text
 
 ATTACK_KEYS = ("attack.", "attacks.")  # overrides that leave the FL run unchanged
+NONE = Setting("none", 0)  # the undefended setting
 
 
 def case_name(case: dict) -> str:
@@ -154,8 +156,37 @@ def fl_setting(setting: Setting) -> Setting:
 
 
 def fl_jobs(config: dict) -> list[tuple[str, Setting]]:
-    """Every (case, FL setting) to train."""
-    return sorted({(case, fl_setting(s)) for case, s in jobs(config)},
+    """Every (case, FL setting) to train; with attribute jobs, also each attribute case's
+    undefended run (the model zoo learns from its gradients)."""
+    planned = {(case, fl_setting(s)) for case, s in jobs(config)}
+    if attribute_jobs(config):
+        planned |= {(case, NONE) for case in attribute_cases(config)}
+    return sorted(planned, key=lambda cs: (cs[0], cs[1].text))
+
+
+
+def attributes(config: dict, case: str) -> list[str]:
+    """The sensitive attributes the attribute track infers for ``case`` (empty: an image
+    task without attributes)."""
+    names = sorted(data.attributes.CLASSES.get(find_case(config, case)["dataset"], {}))
+    wanted = config["attribute"]["attributes"]
+    return names if wanted is None else [a for a in wanted if a in names]
+
+
+def attribute_cases(config: dict) -> list[str]:
+    """The cases whose dataset has sensitive attributes (RecUP-FL's attribute tasks)."""
+    return [case for case in case_names(config) if attributes(config, case)]
+
+
+def attribute_jobs(config: dict) -> list[tuple[str, Setting]]:
+    """(case, FL setting) pairs whose uploads the attribute adversaries attack: every
+    planned setting of an attribute case whose defense label ``attribute.defenses`` names."""
+    spec = config["attribute"]
+    if not spec["adversaries"]:
+        return []
+    cases, labels = set(attribute_cases(config)), spec["defenses"]
+    return sorted({(case, fl_setting(s)) for case, s in jobs(config)
+                   if case in cases and (labels is None or s.defense in labels)},
                   key=lambda cs: (cs[0], cs[1].text))
 
 
@@ -183,7 +214,11 @@ def defense_of(config: dict, setting: Setting) -> tuple[str, dict]:
     params = dict(resolve(config, setting)["defenses"][setting.defense]["params"])
     knob = cfg.knob(name)
     if knob is not None:
-        params[knob] = setting.strength
+        strength = setting.strength  # a float in the setting; an int for integer knobs
+        if cfg.definition("defenses", name)["properties"][knob].get("type") == "integer" \
+                and strength.is_integer():
+            strength = int(strength)
+        params[knob] = strength
     return name, params
 
 
@@ -203,6 +238,9 @@ def victims(config: dict, label: str) -> int:
 
 
 def checkpoint_rounds(config: dict) -> list[int]:
-    """Every round at which some setting attacks (each FL run saves its model there)."""
+    """Every round at which some setting attacks, reconstruction or attribute inference
+    (each FL run saves its model there)."""
     rounds = {resolve(config, s)["attack"]["round"] for (_, s) in attack_jobs(config)}
+    if attribute_jobs(config):
+        rounds |= set(config["attribute"]["rounds"])
     return sorted(rounds or {config["attack"]["round"]})

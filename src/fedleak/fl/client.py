@@ -11,7 +11,8 @@ from torch import nn
 
 from fedleak.types import DefenseContext, Update
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+# (x, y) or, for attribute tasks, (x, y, {attribute: (B,) values})
+Batch = tuple[torch.Tensor, ...]
 Defense = Callable[[DefenseContext], Update]
 
 
@@ -22,7 +23,7 @@ def local_update(model: nn.Module, batches: Callable[[int], Batch], steps: int,
     local = copy.deepcopy(model)
     opt = torch.optim.SGD(local.parameters(), lr=lr)
     for step in range(steps):
-        for p, g in zip(local.parameters(), Update.of(local, *batches(step)).values()):
+        for p, g in zip(local.parameters(), Update.of(local, *batches(step)[:2]).values()):
             p.grad = g
         opt.step()
     return Update({n: (p0.detach() - p1.detach()) / lr
@@ -36,9 +37,10 @@ def client_update(model: nn.Module, batches: Callable[[int], Batch], local_steps
     One local step (FedSGD) uploads the gradient of ``batches(0)``; more steps upload the
     pseudo-gradient of :func:`local_update`. The defense sees the first batch either way.
     """
-    x, y = batches(0)
+    x, y, *rest = batches(0)
+    attributes = rest[0] if rest else None
     if local_steps == 1:
-        return defense(DefenseContext(model, x, y, rng))
+        return defense(DefenseContext(model, x, y, rng, attributes=attributes))
     pseudo = local_update(model, lambda s: (x, y) if s == 0 else batches(s), local_steps,
                           local_lr)
-    return defense(DefenseContext(model, x, y, rng, gradient=pseudo))
+    return defense(DefenseContext(model, x, y, rng, gradient=pseudo, attributes=attributes))

@@ -80,9 +80,12 @@ def run_federated(model: nn.Module, train: ImageData, test: ImageData,
         for client in sorted(rng.choice(len(partition), per_round, replace=False)):
             shard = partition[client]
 
-            def batch(_step: int, shard=shard) -> tuple[torch.Tensor, torch.Tensor]:
+            def batch(_step: int, shard=shard) -> tuple:
                 size = min(settings.client_batch_size, len(shard))
                 idx = torch.from_numpy(rng.choice(shard, size, replace=False))
+                if train.attributes:
+                    return train.x[idx], train.y[idx], {k: v[idx] for k, v in
+                                                        train.attributes.items()}
                 return train.x[idx], train.y[idx]
 
             uploads.append(client_update(model, batch, settings.local_steps, settings.local_lr,

@@ -14,10 +14,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedleak.utils.io import load_torch
+
 LPIPS_BACKBONE_FILE = "alexnet-owt-7be5be79.pth"
 
 
 def _check(rec: torch.Tensor, truth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    for name, value in (("rec", rec), ("truth", truth)):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor of shape (B, C, H, W) in [0, 1], "
+                            f"got {type(value).__name__}; pass torch.as_tensor({name})")
     if rec.shape != truth.shape or rec.ndim != 4:
         raise ValueError(f"expected two (B, C, H, W) batches of one shape, got "
                          f"{tuple(rec.shape)} and {tuple(truth.shape)}")
@@ -30,6 +36,7 @@ def match(rec: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
     if rec.shape[0] == 1:
         return rec
     cost = ((truth.flatten(1)[:, None] - rec.flatten(1)[None]) ** 2).mean(-1)
+    cost = torch.nan_to_num(cost, nan=1e30, posinf=1e30)  # NaN images: matched last, kept NaN
     from scipy.optimize import linear_sum_assignment  # imported on use: slow to import
 
     rows, cols = linear_sum_assignment(cost.numpy())
@@ -75,9 +82,31 @@ def lpips_backbone_path() -> Path:
 
 @lru_cache(maxsize=1)
 def _lpips_model():
+    """LPIPS with AlexNet, every weight loaded with ``weights_only=True``: ``lpips`` itself
+    would load the backbone through torchvision's hub loader, which unpickles with
+    ``weights_only=False`` (a hostile file in the hub cache would run)."""
+    import inspect
+    import warnings
+
     import lpips
 
-    return lpips.LPIPS(net="alex", verbose=False).eval()
+    with warnings.catch_warnings():  # torchvision's note on the deprecated `pretrained=`
+        warnings.simplefilter("ignore", UserWarning)
+        model = lpips.LPIPS(pretrained=False, pnet_rand=True, net="alex", verbose=False)
+    backbone = load_torch(lpips_backbone_path())
+    try:
+        state = {f"net.{name}.{key}": backbone[f"features.{key}"]
+                 for name, sl in model.net.named_children() for key in sl.state_dict()}
+    except (KeyError, TypeError, IndexError) as err:
+        raise ValueError(f"{lpips_backbone_path()} is not torchvision's AlexNet state dict "
+                         f"(missing {err}); delete it: lpips downloads it again") from None
+    linear = Path(inspect.getfile(lpips.LPIPS)).parent / "weights" / "v0.1" / "alex.pth"
+    state.update(load_torch(linear))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or any(not key.startswith(("lins.", "scaling_layer.")) for key in missing):
+        raise ValueError(f"{lpips_backbone_path()} and {linear} do not fit LPIPS's AlexNet: "
+                         f"missing {missing}, unexpected {unexpected}")
+    return model.eval()
 
 
 def lpips_unavailable_reason() -> str | None:
@@ -114,8 +143,7 @@ def _stlpips_model() -> torch.nn.Module:
 
     model = package.LPIPS(pretrained=False, net="alex", variant="shift_tolerant", verbose=False)
     path = Path(inspect.getfile(package)).parent / "weights" / "vST0.0" / "alex_shift_tolerant.pth"
-    missing, unexpected = model.load_state_dict(
-        torch.load(path, map_location="cpu", weights_only=True), strict=False)
+    missing, unexpected = model.load_state_dict(load_torch(path), strict=False)
     if unexpected or any(not key.startswith("lins.") for key in missing):
         raise ValueError(f"{path} does not fit ST-LPIPS's AlexNet: missing {missing}, "
                          f"unexpected {unexpected}")
@@ -140,6 +168,13 @@ def stlpips(rec: torch.Tensor, truth: torch.Tensor, reduction: str = "mean"):
 
 def noise_ratio(images: torch.Tensor, evalnet: torch.nn.Module, reduction: str = "mean"):
     """Refiner's evaluation-network score: the predicted proportion of noise in each image."""
+    if not isinstance(images, torch.Tensor) or images.ndim != 4:
+        raise TypeError(f"images must be a (B, C, H, W) torch.Tensor, got "
+                        f"{getattr(images, 'shape', type(images).__name__)}")
+    if not callable(evalnet):
+        raise TypeError(f"evalnet must be the trained evaluation network (an nn.Module: "
+                        f"models.evalnet.load_evaluation_network(path)), got "
+                        f"{type(evalnet).__name__}")
     with torch.no_grad():
         values = evalnet(images.detach().float().cpu().clamp(0, 1)).double().numpy()
     return _reduce(values, reduction)

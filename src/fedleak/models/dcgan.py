@@ -97,9 +97,14 @@ def train_dcgan(images: torch.Tensor, *, epochs: int, batch_size: int, lr: float
 
 def load_generator(path) -> Generator:
     """The generator saved by ``fedleak train-gan`` (state dict + sizes), in eval mode."""
-    from fedleak.utils.io import load_torch
+    from fedleak.utils.io import REMEDY, ArtifactError, load_state, load_torch
 
     saved = load_torch(path)
-    net = Generator(saved["latent_dim"], saved["channels"], saved["width"])
-    net.load_state_dict(saved["generator"])
-    return net.eval()
+    try:
+        net = Generator(saved["latent_dim"], saved["channels"], saved["width"])
+        state = saved["generator"]
+    except (KeyError, TypeError, IndexError, ValueError) as err:
+        raise ArtifactError(f"{path} is not a saved generator (expected a dict of generator, "
+                            f"latent_dim, channels and width; bad or missing {err}); {REMEDY}"
+                            ) from None
+    return load_state(net, state, path, "the generator").eval()

@@ -88,10 +88,17 @@ def load_evaluation_network(path) -> EvaluationNetwork:
     """The network saved by ``fedleak train-evalnet`` (weights + its ``.json`` sizes), eval mode."""
     from pathlib import Path
 
-    from fedleak.utils.io import load_torch, read_json
+    from fedleak.utils.io import REMEDY, ArtifactError, load_state, load_torch, read_json
 
-    meta = read_json(Path(path).with_suffix(".json"))
-    channels, size, _ = meta["input_shape"]
-    net = EvaluationNetwork(channels, size, tuple(meta["widths"]))
-    net.load_state_dict(load_torch(path))
-    return net.eval()
+    meta_path = Path(path).with_suffix(".json")
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"evaluation network sizes not found: {meta_path} (written "
+                                f"beside {path} by fedleak train-evalnet)")
+    meta = read_json(meta_path)
+    try:
+        channels, size, _ = meta["input_shape"]
+        net = EvaluationNetwork(channels, size, tuple(meta["widths"]))
+    except (KeyError, TypeError, ValueError) as err:
+        raise ArtifactError(f"{meta_path} is not an evaluation network's description "
+                            f"(bad or missing {err}); {REMEDY}") from None
+    return load_state(net, load_torch(path), path, "the evaluation network").eval()

@@ -1,10 +1,12 @@
 """Turn pipeline metrics JSON files into CSV tables, deterministic figures, the paper
 targets and a report."""
 
+from fedleak.report.attribute import write_attribute_tables
 from fedleak.report.figures import save_figure, write_figures
 from fedleak.report.markdown import write_report
 from fedleak.report.tables import write_tables
 from fedleak.report.targets import TargetInputs, TargetResult, load_target, write_target
 
-__all__ = ["TargetInputs", "TargetResult", "load_target", "save_figure", "write_figures",
-           "write_report", "write_tables", "write_target"]
+__all__ = ["TargetInputs", "TargetResult", "load_target", "save_figure",
+           "write_attribute_tables", "write_figures", "write_report", "write_tables",
+           "write_target"]

@@ -15,6 +15,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from fedleak.report.attribute import attribute_tradeoff  # noqa: E402
 from fedleak.report.tables import ATTACK_KEYS, is_ablation, load_record  # noqa: E402
 from fedleak.utils.io import atomic_path  # noqa: E402
 
@@ -220,6 +221,8 @@ def write_figures(tables: dict[str, pd.DataFrame], attack_files: list[Path], out
     if not tables.get("evalnet_monotonicity", pd.DataFrame()).empty:
         makers["evalnet_monotonicity"] = lambda: evalnet_monotonicity(
             tables["evalnet_monotonicity"])
+    if not tables.get("attribute", pd.DataFrame()).empty:
+        makers["attribute_tradeoff"] = lambda: attribute_tradeoff(tables["attribute"])
     names = list(makers) if names is None else names
     missing = sorted(set(names) - set(makers))
     if missing:

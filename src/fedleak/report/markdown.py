@@ -44,6 +44,16 @@ def beside(comparison: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def attribute_summary(attribute: pd.DataFrame) -> pd.DataFrame:
+    """One row per (case, defense, strength, attribute, round): learning loss, accuracy
+    and each adversary's ASR (mean over seeds), and the chance rate."""
+    keys = ["case", "defense", "strength", "attribute", "round"]
+    wide = attribute.pivot_table(index=keys, columns="adversary", values="asr")
+    wide.columns = [f"asr_{a}" for a in wide.columns]
+    fl = attribute.groupby(keys)[["learning_loss", "accuracy", "chance"]].mean()
+    return fl.join(wide).reset_index()
+
+
 def _evalnet_lines(evalnet: pd.DataFrame) -> list[str]:
     summary = evalnet.groupby("dataset").agg(monotonic=("monotonic", "all"), n=("ratio", "size"))
     return [f"- `{name}`: {'monotonic' if row.monotonic else '**not monotonic**'} over "
@@ -80,6 +90,12 @@ def write_report(tables: dict[str, pd.DataFrame], figures: list[Path],
     if not targets:
         sections += ["## PMM and mean PSNR per defense setting",
                      _markdown_table(setting_summary(tables["tradeoff"]))]
+    if "attribute" in tables and not tables["attribute"].empty:
+        sections += ["## Attribute inference (RecUP-FL §5.4): ASR per adversary",
+                     _markdown_table(attribute_summary(tables["attribute"])),
+                     "RecUP-FL against the best other defense at matched learning loss "
+                     "(`gap` < 0: RecUP-FL's ASR is lower):",
+                     _markdown_table(tables["attribute_gap"])]
     if "evalnet_monotonicity" in tables:
         sections += ["## Evaluation network monotonicity",
                      "\n".join(_evalnet_lines(tables["evalnet_monotonicity"]))]

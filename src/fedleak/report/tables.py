@@ -14,16 +14,19 @@ from fedleak.utils.io import atomic_path
 
 IMAGE_METRICS = ["psnr", "ssim", "mse", "lpips", "stlpips", "noise_ratio"]
 VICTIM_METRICS = [*IMAGE_METRICS, "iterations"]
+# `failure`: why a run's or victim's numbers are missing or not a reconstruction's (NaN/inf
+# weights, uploads or pixels); such NaNs are never averaged: means skip them, `failed` counts
 UTILITY_COLUMNS = ["case", "defense", "strength", "seed", "final_accuracy", "test_loss",
-                   "fallback_rate", "pmm"]
+                   "fallback_rate", "pmm", "failure"]
 PRIVACY_COLUMNS = [
     "case", "defense", "strength", "attack", "seed", "victim", "label_correct",
-    *VICTIM_METRICS, "fallback", "stop_reason",
+    *VICTIM_METRICS, "fallback", "stop_reason", "failure",
 ]
 TRADEOFF_KEYS = ["case", "defense", "strength", "attack"]
 TRADEOFF_COLUMNS = [
     *TRADEOFF_KEYS, "accuracy", "pmm", *VICTIM_METRICS, "iterations_max", "iterations_min",
-    "iterations_sd", "success_rate", "label_accuracy", "fallback_rate", "victims",
+    "iterations_sd", "success_rate", "label_accuracy", "fallback_rate", "victims", "diverged",
+    "failed",
 ]
 TIMING_COLUMNS = [*TRADEOFF_KEYS, "victims", "wall_time_mean", "wall_time_max", "wall_time_sum"]
 EVALNET_COLUMNS = ["dataset", "ratio", "prediction", "increasing", "monotonic"]
@@ -46,10 +49,14 @@ def require(record: Any, keys: list[str], path: Path, where: str = "") -> dict:
 def load_record(path: Path, keys: list[str]) -> dict:
     """Read one metrics JSON file (NaN allowed) and check its top-level keys."""
     path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run the step that writes it first "
+                                f"(snakemake runs every step in order)")
     try:
         record = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: invalid JSON ({err})") from err
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: invalid JSON ({err}); delete it and re-run the step that "
+                         f"writes it") from None
     return require(record, keys, path)
 
 
@@ -73,12 +80,13 @@ def fl_rows(path: Path) -> dict:
     return {**{k: run[k] for k in ("case", "setting", "defense", "strength", "seed")},
             "final_accuracy": run["final_accuracy"],
             "test_loss": run["history"][-1].get("test_loss", np.nan),
-            "fallback_rate": run.get("fallback_rate", 0.0)}
+            "fallback_rate": run.get("fallback_rate", 0.0), "failure": run.get("failure")}
 
 
 def utility_table(fl_files: list[Path]) -> pd.DataFrame:
     """One row per FL run, with PMM relative to the ``none`` run of the same case and seed."""
-    df = _frame([fl_rows(f) for f in fl_files], [*UTILITY_COLUMNS[:-1], "setting"],
+    df = _frame([fl_rows(f) for f in fl_files],
+                [*(c for c in UTILITY_COLUMNS if c != "pmm"), "setting"],
                 ["case", "defense", "strength", "seed"])
     base = df.loc[df["setting"] == "none-0", ["case", "seed", "final_accuracy"]]
     df = df.merge(base.rename(columns={"final_accuracy": "base"}), on=["case", "seed"],
@@ -100,7 +108,7 @@ def victim_rows(path: Path) -> list[dict]:
                 "attack": label, "final_loss": v.get("final_loss"),
                 **{k: v.get(k, np.nan) for k in ["victim", *VICTIM_METRICS, "wall_time",
                                                  "stop_reason"]},
-                "fallback": bool(v.get("fallback", False)),
+                "fallback": bool(v.get("fallback", False)), "failure": v.get("failure"),
                 "label_correct": v["predicted_label"] == v["label"],
             })
     return rows
@@ -132,6 +140,8 @@ def tradeoff_table(utility: pd.DataFrame, privacy: pd.DataFrame) -> pd.DataFrame
     df["label_accuracy"] = attack["label_correct"].mean()
     df["fallback_rate"] = attack["fallback"].mean()
     df["victims"] = attack.size()
+    df["diverged"] = attack["stop_reason"].agg(lambda r: int((r == "diverged").sum()))
+    df["failed"] = attack["failure"].agg(lambda f: int(f.notna().sum()))
     fl = utility.groupby(["case", "defense", "strength"])
     fl = fl.agg(accuracy=("final_accuracy", "mean"), pmm=("pmm", "mean")).reset_index()
     df = df.reset_index().merge(fl, on=["case", "defense", "strength"], how="left")

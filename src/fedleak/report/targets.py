@@ -3,22 +3,23 @@ a tidy CSV, the paper's numbers beside ours, and a figure shaped like the paper'
 
 The experiment layer gathers the runs into :class:`TargetInputs`; every frame carries the
 key columns ``case, dataset, defense, strength, series, seed`` (and ``attack`` where an
-attack ran) plus one column per swept configuration path, under its full dotted name and
-its last component (``attacks.hybrid.stopper.threshold`` and ``threshold``).
+attack ran; ``adversary, attribute, round`` in the attribute frame) plus one column per
+swept configuration path, under its full dotted name and its last component
+(``attacks.hybrid.stopper.threshold`` and ``threshold``). A target's ``where`` keeps only
+the rows whose columns hold the listed values (:func:`select_rows`).
 """
 
 from __future__ import annotations
 
 import itertools
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 
-import json  # noqa: E402
 
 import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
@@ -27,18 +28,24 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from fedleak.report.attribute import attribute_tradeoff  # noqa: E402
 from fedleak.report.figures import PALETTE, save_figure  # noqa: E402
 from fedleak.report.tables import SUCCESS_SSIM, write_csv  # noqa: E402
-from fedleak.utils.io import write_json  # noqa: E402
+from fedleak.utils.io import load_npy, read_json, write_json  # noqa: E402
 
 FL_METRICS = ("accuracy", "pmm", "test_loss", "fallback_rate")
+# RecUP-FL's attribute jobs: the adversary's accuracy, the majority class's share and the
+# FL run's final test loss, one row per (point, seed, adversary, attribute, round)
+ATTRIBUTE_METRICS = ("attribute_asr", "learning_loss", "chance")
 STATISTICS = {"mean": "mean", "max": "max", "min": "min", "sum": "sum", "median": "median",
               "sd": lambda v: v.std(ddof=0)}
 LABELS = {"asr": "ASR (SSIM > 0.9)", "psnr": "PSNR (dB)", "ssim": "SSIM", "mse": "MSE",
           "lpips": "LPIPS", "stlpips": "ST-LPIPS", "noise_ratio": "noise ratio",
           "iterations": "iterations", "wall_time": "time (s)", "accuracy": "test accuracy",
           "pmm": "PMM (%)", "test_loss": "test loss", "final_loss": "final gradient loss",
-          "fallback": "clean-gradient fallbacks", "fallback_rate": "share of clean uploads"}
+          "fallback": "clean-gradient fallbacks", "fallback_rate": "share of clean uploads",
+          "attribute_asr": "attribute ASR", "learning_loss": "learning loss",
+          "chance": "chance (majority share)"}
 
 
 @dataclass
@@ -47,6 +54,9 @@ class TargetInputs:
     fl: pd.DataFrame        # one row per (point, seed): final accuracy, pmm, test_loss
     history: pd.DataFrame   # one row per (point, seed, evaluated round)
     details: pd.DataFrame   # one row per (point, seed, attack): its details folder
+    # one row per (point, seed, adversary, attribute, round): attribute_asr, chance,
+    # learning_loss, accuracy (RecUP-FL's attribute jobs)
+    attribute: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 @dataclass
@@ -83,8 +93,30 @@ def _aggregate(frame: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.D
 
 
 def _source(inputs: TargetInputs, metrics: list[str]) -> pd.DataFrame:
-    """The FL runs when every metric is an FL metric, else the attacked victims."""
+    """The attribute jobs when a metric is an attribute metric (the others read from there
+    too: accuracy is a column of it), the FL runs when every metric is an FL metric, else
+    the attacked victims."""
+    columns = [split_metric(m)[0] for m in metrics]
+    if any(c in ATTRIBUTE_METRICS for c in columns):
+        return inputs.attribute
     return inputs.fl if all(m in FL_METRICS for m in metrics) else inputs.victims
+
+
+def select_rows(inputs: TargetInputs, where: dict | None) -> TargetInputs:
+    """``inputs`` with only the rows whose columns hold one of ``where``'s values
+    (column -> values), in each frame that has the column."""
+    if not where:
+        return inputs
+
+    def kept(frame: pd.DataFrame) -> pd.DataFrame:
+        mask = np.ones(len(frame), dtype=bool)
+        for column, values in where.items():
+            if column in frame:
+                mask &= frame[column].map(
+                    lambda v, wanted=values: any(_same(v, w) for w in wanted)).to_numpy(dtype=bool)
+        return frame[mask].reset_index(drop=True)
+
+    return replace(inputs, **{f.name: kept(getattr(inputs, f.name)) for f in fields(inputs)})
 
 
 def build_table(spec: dict, inputs: TargetInputs) -> pd.DataFrame:
@@ -244,7 +276,7 @@ def trace_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
     fig, axes = plt.subplots(1, len(picked), squeeze=False, layout="constrained",
                              figsize=(4.8 * len(picked) + 1.5, 3.8))
     for ax, (row, victims) in zip(axes[0], picked, strict=True):
-        traces = json.loads((Path(row["details"]) / f"traces_{row['attack']}.json").read_text())
+        traces = read_json(Path(row["details"]) / f"traces_{row['attack']}.json")
         for v in victims:
             ax.plot(range(1, len(traces[v]) + 1), traces[v], label=f"victim {v}")
         ax.set(title=_row_label(row), xlabel="iteration", ylabel="gradient distance",
@@ -259,7 +291,7 @@ def snapshots_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
     victim (the first image of its batch)."""
     rows = []
     for row, victims in _picked(spec, inputs):
-        frames = np.load(Path(row["details"]) / f"snapshots_{row['attack']}.npy")
+        frames = load_npy(Path(row["details"]) / f"snapshots_{row['attack']}.npy")
         columns = [f"it. {t}" for t in row["snapshots"]] + ["truth"]
         rows += [(f"{_row_label(row)}\nvictim {v}", frames[v], columns) for v in victims]
     if not rows:
@@ -303,8 +335,29 @@ def recon_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
     return fig
 
 
+def attribute_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
+    """Attribute ASR against learning loss (RecUP-FL Figs. 2-5, 9-11): one curve per ``hue``
+    (default: defense label) whose points are its settings, one panel per ``panels`` value
+    (default: adversary), one row of panels per attacked round, a dotted chance line."""
+    data = inputs.attribute
+    if data.empty:
+        fig, ax = plt.subplots(figsize=(4, 1), layout="constrained")
+        ax.text(0.5, 0.5, "no attribute results", ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    setting = data["defense"].astype(str) + "-" + data["strength"].astype(str)
+    swept = [c for c in data.columns if "." in c]  # one column per swept path
+    for column in swept:
+        setting = setting + "~" + data[column].astype(str)
+    return attribute_tradeoff(data.assign(setting=setting), y="attribute_asr",
+                              hue=spec.get("hue", "defense"),
+                              panels=spec.get("panels", "adversary"), by="setting",
+                              title=textwrap.fill(title, 70))
+
+
 FIGURES = {"line": line_figure, "tradeoff": tradeoff_figure, "history": history_figure,
-           "trace": trace_figure, "snapshots": snapshots_figure, "recon": recon_figure}
+           "trace": trace_figure, "snapshots": snapshots_figure, "recon": recon_figure,
+           "attribute": attribute_figure}
 
 
 def write_target(name: str, spec: dict, inputs: TargetInputs, reference: dict | None,
@@ -313,6 +366,7 @@ def write_target(name: str, spec: dict, inputs: TargetInputs, reference: dict | 
     (the figure) and ``summary.json`` under ``out_dir``."""
     out_dir = Path(out_dir)
     files, table, comparison, agreement = [], None, None, {}
+    inputs = select_rows(inputs, spec.get("where"))
     if "table" in spec:
         table = build_table(spec["table"], inputs)
         files.append(write_csv(table, out_dir / f"{name}.csv"))
@@ -332,7 +386,7 @@ def write_target(name: str, spec: dict, inputs: TargetInputs, reference: dict | 
 def load_target(out_dir: Path) -> TargetResult:
     """The result :func:`write_target` left in ``out_dir``."""
     out_dir = Path(out_dir)
-    summary = json.loads((out_dir / "summary.json").read_text())
+    summary = read_json(out_dir / "summary.json")
     files = [out_dir / f for f in summary["files"]]
 
     def table(suffix: str) -> pd.DataFrame | None:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import glob
 import hashlib
 import json
 import os
+import pickle
+import shutil
+import socket
 import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -15,16 +20,61 @@ import numpy as np
 import torch
 
 
+class ArtifactError(ValueError):
+    """A file that exists but cannot be used: truncated, corrupted, of another kind, or
+    holding Python objects that ``torch.load(weights_only=True)`` refuses to run."""
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name}.{socket.gethostname()}-{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by another user
+        return True
+    return True
+
+
+def remove_stale_temporaries(path: Path) -> None:
+    """Delete the temporary files of ``path`` that a killed writer on this host left."""
+    host = socket.gethostname()
+    for tmp in path.parent.glob(glob.escape(f".{path.name}.{host}-") + "*"):
+        pid = tmp.name[len(f".{path.name}.{host}-"):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike):
-    """Yield a temporary path next to ``path``; rename it over ``path`` on success."""
+    """Yield a temporary path next to ``path``; rename it over ``path`` on success.
+
+    A writer killed half-way leaves only its temporary file (named after the host and its
+    process id), which the next write of ``path`` removes; ``path`` itself is either the
+    old file or the complete new one. A failed write (disk full) raises OSError naming
+    ``path``, with nothing left behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    remove_stale_temporaries(path)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:  # torch.save reports a full disk as RuntimeError
+        Path(tmp).unlink(missing_ok=True)
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else \
+            " ".join(str(err).split())[:200]
+        try:
+            free = f" ({shutil.disk_usage(path.parent).free / 2**20:.1f} MiB free on its disk)"
+        except OSError:
+            free = ""
+        raise OSError(getattr(err, "errno", None) or errno.EIO,
+                      f"cannot write {path}: {reason}{free}; nothing was written: free space "
+                      f"(or fix the folder) and re-run") from err
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -57,15 +107,71 @@ def save_torch(path: str | os.PathLike, obj: Any) -> Path:
     return _write_with(path, lambda t: torch.save(obj, t))
 
 
+REMEDY = "delete it and re-run the step that writes it (snakemake re-creates missing files)"
+
+
 def load_torch(path: str | os.PathLike) -> Any:
+    """A file ``save_torch`` wrote, read with ``weights_only=True``: tensors, numbers,
+    strings and containers only, nothing executed. FileNotFoundError when it is absent,
+    ArtifactError naming it when it is truncated, corrupted or holds other objects."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        # torch's message wraps the reason in advice to pass weights_only=False: keep the reason
+        parts = [" ".join(part.split()) for part in str(err).split("\n\n")]
+        reason = " ".join(part.split("WeightsUnpickler error:")[-1].strip() for part in parts
+                          if part and not part.startswith(("Weights only load failed",
+                                                           "Check the documentation")))[:300]
+        if "global" not in reason.lower():
+            raise ArtifactError(f"{path} is not a readable torch file (corrupted: "
+                                f"{reason or 'unpickling failed'}); {REMEDY}") from None
+        raise ArtifactError(f"refused to load {path}: it holds Python objects other than "
+                            f"tensors ({reason}); fedleak loads with weights_only=True and runs "
+                            f"nothing from a file; {REMEDY}") from None
+    except Exception as err:  # truncated zip, empty file, not a torch file at all
+        reason = " ".join(str(err).split()).split(". ")[0][:200] or type(err).__name__
+        raise ArtifactError(f"{path} is not a readable torch file (truncated or corrupted: "
+                            f"{reason}); {REMEDY}") from None
+
+
+def load_state(module: torch.nn.Module, state: Any, path: str | os.PathLike,
+               what: str = "") -> torch.nn.Module:
+    """``module.load_state_dict(state)``; ArtifactError naming ``path`` when ``state`` does
+    not fit (a checkpoint of another model, case or configuration)."""
+    try:
+        module.load_state_dict(state)
+    except (RuntimeError, TypeError, KeyError, AttributeError, ValueError) as err:
+        lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+        first = " ".join(lines[:2])[:300] if lines else type(err).__name__
+        raise ArtifactError(f"{path} does not fit {what or type(module).__name__}: {first} "
+                            f"(a checkpoint of another model, case or configuration?); "
+                            f"{REMEDY}") from None
+    return module
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    return json.loads(Path(path).read_text())
+    """The JSON in ``path`` (NaN allowed); ArtifactError naming it when it is not JSON."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ArtifactError(f"{path} is not valid JSON (truncated or corrupted: {err}); "
+                            f"{REMEDY}") from None
+
+
+def load_npy(path: str | os.PathLike) -> np.ndarray:
+    """An array ``save_npy`` wrote; ``allow_pickle=False``: an object array is refused.
+    ArtifactError naming the file when it is not a readable ``.npy``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"array not found: {path}")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:
+        raise ArtifactError(f"{path} is not a readable .npy array ({err}); {REMEDY}") from None
 
 
 def sha256_file(path: str | os.PathLike) -> str:

@@ -9,6 +9,7 @@ own), plus ``seed`` when it has one, plus the artifacts it declares in ``needs``
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -57,14 +58,32 @@ class Registry:
         cls = self.get(name)
         schema_keys = config.parameters(self.kind, name)
         params = {k: v for k, v in kwargs.items() if k in schema_keys}
-        resolved = config.resolve(self.kind, name, params, prefix=f"{self.noun} {name!r}")
+        try:
+            resolved = config.resolve(self.kind, name, params, prefix=f"{self.noun} {name!r}")
+        except config.ConfigError as err:  # add how to pass the value
+            param = (err.key or "").split(".")[0].split("[")[0]
+            if param not in schema_keys:
+                raise
+            default = config.definition(self.kind, name)["properties"][param].get("default")
+            hint = (f"; pass e.g. {self.kind}.build({name!r}, {param}={default!r}) (the "
+                    f"default)" if default is not None else "")
+            raise config.ConfigError(f"{err}{hint}", key=err.key) from None
+        seed = kwargs.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"{self.noun} {name!r}: seed must be an int >= 0, got {seed!r}; "
+                            f"pass e.g. seed=0")
+        if seed is not None and seed < 0:
+            raise ValueError(f"{self.noun} {name!r}: seed must be >= 0, got {seed}; pass e.g. "
+                             f"seed=0")
         needed = needs_for(cls, resolved)
         extra = {"seed"} if "seed" in inspect.signature(cls).parameters else set()
         extra |= set(getattr(cls, "needs", {}))  # declared artifacts, needed or not here
         allowed = set(schema_keys) | set(needed) | extra
         unknown = sorted(set(kwargs) - allowed)
         if unknown:
-            raise TypeError(f"{self.noun} {name!r} got an unknown keyword argument {unknown[0]!r}; "
+            close = difflib.get_close_matches(unknown[0], sorted(allowed), n=1)
+            raise TypeError(f"{self.noun} {name!r} got an unknown keyword argument {unknown[0]!r}"
+                            f"{f' (did you mean {close[0]!r}?)' if close else ''}; "
                             f"expected some of {sorted(allowed)}")
         missing = sorted(k for k in needed if kwargs.get(k) is None)
         if missing:

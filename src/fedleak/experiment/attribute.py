@@ -1,0 +1,152 @@
+"""RecUP-FL's attribute-inference track (Yin et al., §5.4) as two pipeline phases.
+
+- :func:`train_zoo`: the defender models of one case at one round, trained on clean
+  gradients of D_train (the public split) under the undefended run's model at that round.
+- :func:`run_attribute`: one setting's uploads attacked by every adversary at every round.
+  The adversaries learn from clean max-pooled gradients of D_train (the strongest
+  adversary: it knows the defenders' training set, §5.4); D_test are uploads of client
+  samples (the train split, ``attribute.batch_size`` per upload) made as FL clients make
+  theirs, through the setting's defense. ASR is the adversary's accuracy on D_test; the
+  setting's learning loss is its FL run's final test loss (§5.5).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from fedleak import adversaries, data
+from fedleak.adversaries.features import features_of, gradient_features
+from fedleak.adversaries.zoo import save_zoo
+from fedleak.adversaries.zoo import train_zoo as train_defender_zoo
+from fedleak.experiment import paths, plan
+from fedleak.experiment.artifacts import Job, build_defense
+from fedleak.experiment.phases import model_at
+from fedleak.fl import client_update
+from fedleak.types import Setting, Update
+from fedleak.utils.io import read_json, write_json
+from fedleak.utils.seeding import child_seeds, seed_everything
+
+
+def _d_train(config: dict, job: Job) -> data.ImageData:
+    """D_train: the first ``attribute.train_samples`` of the public split (seeded order)."""
+    public = data.load_prepared(job.data_dir, "public")
+    count = min(config["attribute"]["train_samples"], len(public))
+    order = np.random.default_rng(config["attribute"]["seed"]).permutation(len(public))
+    return public.subset(torch.from_numpy(np.sort(order[:count])))
+
+
+def train_zoo(config: dict, results: Path, case: str, round_: int) -> None:
+    """The model zoo of ``case`` at ``round_``: ``attribute.zoo_size`` defender models per
+    attribute on clean gradient features of D_train under the undefended model."""
+    spec = config["attribute"]
+    names = plan.attributes(config, case)
+    if not names:
+        raise ValueError(f"case {case!r} has no sensitive attributes to train a zoo for")
+    job = Job(config, results, case, plan.NONE, config["fl"]["seeds"][0])
+    seed_everything(spec["seed"], config["threads"])
+    d_train = _d_train(config, job)
+    model = model_at(job, d_train, paths.checkpoint(results, case, plan.NONE, job.seed, round_))
+    features = features_of(model, d_train.x, d_train.y, spec["feature_size"])
+    zoo = train_defender_zoo(features, {a: d_train.attributes[a] for a in names},
+                             {a: data.attribute_classes(job.data_dir)[a] for a in names},
+                             size=spec["zoo_size"],
+                             epochs=spec["zoo_epochs"], lr=spec["zoo_lr"], seed=spec["seed"])
+    save_zoo(paths.zoo_file(results, case, round_), zoo)
+    print(f"zoo {case} round {round_}: {spec['zoo_size']} models x {names}", file=sys.stderr)
+
+
+def _majority(values: torch.Tensor) -> int:
+    """The most frequent value (the smallest on ties): one upload's attribute label."""
+    return int(torch.bincount(values).argmax())
+
+
+def _uploads(job: Job, model: torch.nn.Module, samples: data.ImageData, round_: int,
+             seeds: dict) -> tuple[torch.Tensor, dict[str, np.ndarray], list[float]]:
+    """D_test: features of each defended upload, its attribute labels and the defense's
+    time per upload."""
+    spec, fl = job.config["attribute"], job.resolved["fl"]
+    defense = build_defense(Job(job.config, job.results, job.case, job.setting, job.seed,
+                                zoo_round=round_), model)
+    size = spec["batch_size"]
+    features, labels, seconds = [], {a: [] for a in samples.attributes}, []
+    groups = range(len(samples) // size)
+    for g in tqdm(groups, desc=f"{job.setting} round {round_}", unit="upload", leave=False):
+        part = samples.subset(torch.arange(g * size, (g + 1) * size))
+        batch = (part.x, part.y, part.attributes)
+        start = time.perf_counter()
+        upload = client_update(model, lambda _step, b=batch: b, fl["local_steps"],
+                               fl["local_lr"], defense,
+                               torch.Generator().manual_seed(seeds["defense"] + g))
+        seconds.append(time.perf_counter() - start)
+        features.append(gradient_features(Update(upload).detached(), spec["feature_size"]))
+        for a, values in part.attributes.items():
+            labels[a].append(_majority(values))
+    return torch.stack(features), {a: np.array(v) for a, v in labels.items()}, seconds
+
+
+def _train_features(model: torch.nn.Module, d_train: data.ImageData, spec: dict
+                    ) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+    """Clean features of D_train in uploads of ``attribute.batch_size`` samples."""
+    size = spec["batch_size"]
+    if size == 1:
+        return (features_of(model, d_train.x, d_train.y, spec["feature_size"]),
+                {a: v.numpy() for a, v in d_train.attributes.items()})
+    features, labels = [], {a: [] for a in d_train.attributes}
+    for g in range(len(d_train) // size):
+        part = d_train.subset(torch.arange(g * size, (g + 1) * size))
+        features.append(gradient_features(Update.of(model, part.x, part.y).detached(),
+                                          spec["feature_size"]))
+        for a, values in part.attributes.items():
+            labels[a].append(_majority(values))
+    return torch.stack(features), {a: np.array(v) for a, v in labels.items()}
+
+
+def run_attribute(config: dict, results: Path, case: str, setting: Setting, seed: int) -> None:
+    """Every adversary against one setting's uploads at every ``attribute.rounds``."""
+    if (case, setting) not in plan.attribute_jobs(config):
+        raise ValueError(f"setting {setting.text!r} of case {case!r} has no attribute job; "
+                         f"`fedleak plan` lists the planned settings")
+    job = Job(config, results, case, setting, seed)
+    spec = job.resolved["attribute"]
+    names = plan.attributes(config, case)
+    seeds = child_seeds(seed, ["samples", "defense", "adversary"])
+    seed_everything(seeds["adversary"], config["threads"])
+    d_train = _d_train(config, job)
+    train = data.load_prepared(job.data_dir, "train")
+    count = min(spec["test_samples"] * spec["batch_size"], len(train))
+    chosen = np.random.default_rng(seeds["samples"]).choice(len(train), count, replace=False)
+    d_test = train.subset(torch.from_numpy(chosen))
+    d_test = data.ImageData(d_test.x, d_test.y, d_test.num_classes,
+                            {a: d_test.attributes[a] for a in names})
+    d_train = data.ImageData(d_train.x, d_train.y, d_train.num_classes,
+                             {a: d_train.attributes[a] for a in names})
+    fl_run = read_json(job.fl_dir / "metrics.json")
+    rows, times = [], []
+    for round_ in spec["rounds"]:
+        model = model_at(job, train, paths.checkpoint(results, case, job.setting, seed, round_))
+        train_x, train_labels = _train_features(model, d_train, spec)
+        test_x, test_labels, seconds = _uploads(job, model, d_test, round_, seeds)
+        times += seconds
+        for attribute in names:
+            chance = float(np.bincount(test_labels[attribute]).max() / len(test_x))
+            for name in spec["adversaries"]:
+                adversary = adversaries.build(name, seed=seeds["adversary"])
+                adversary.fit(train_x, train_labels[attribute])
+                asr = float(np.mean(adversary.predict(test_x) == test_labels[attribute]))
+                rows.append({"adversary": name, "attribute": attribute, "round": round_,
+                             "asr": asr, "chance": chance, "uploads": len(test_x)})
+                print(f"{name} vs {setting} round {round_} {attribute}: ASR {asr:.3f} "
+                      f"(chance {chance:.3f})", file=sys.stderr)
+    write_json(paths.attribute_metrics(results, case, setting, seed), {
+        "case": case, "setting": setting.text, "defense": setting.label,
+        "strength": setting.strength, "seed": seed, "rows": rows,
+        "learning_loss": fl_run["history"][-1]["test_loss"],
+        "accuracy": fl_run["final_accuracy"],
+        "defense_time_mean": float(np.mean(times)) if times else None,
+    })

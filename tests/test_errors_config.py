@@ -1,0 +1,116 @@
+"""Malformed or mistyped configuration (docs/errors.md, "Configuration"): every way a user
+can hand one over (`fedleak <cmd> --config`, `snakemake` with the embedded default, with
+`--configfile`, with `--config key=value`) fails before any job starts, with exit status
+!= 0 and one line naming the key path, the value and what was expected."""
+
+from __future__ import annotations
+
+import pytest
+from test_pipeline import SNAKEMAKE, copy_project, run
+
+from fedleak import cli
+
+BASE = "cases: [{dataset: digits, model: lenet}]\nattacks: {dlg: {}}\n"
+
+# (name, YAML appended to BASE, what the one error line must contain)
+BAD = [
+    ("yaml_syntax", "fl: {rounds: 3\n", ["is not valid YAML/JSON", "line"]),
+    ("nested_misspelled_key", "attacks: {dlg: {stopper: {kind: hybrid, treshold: 1}}}\n",
+     ["unknown key 'attacks.dlg.stopper.treshold'", "threshold"]),
+    ("misspelled_defense_param", "defenses: {censor: {strengths: [2], params: {stepp: 1}}}\n",
+     ["unknown key 'defenses.censor.params.stepp'", "'step'"]),
+    ("wrong_type", "fl: {rounds: many}\n", ["'fl.rounds'", "'many'", "integer"]),
+    ("float_for_integer", "fl: {rounds: 4.0}\n", ["'fl.rounds'", "4.0", "integer"]),
+    ("nan", "fl: {local_lr: .nan}\n", ["'fl.local_lr'", "NaN", "finite"]),
+    ("inf", "defenses: {dp_gaussian: {strengths: [.inf]}}\n",
+     ["'defenses.dp_gaussian.strengths[0]'", "finite"]),
+    ("empty_number", "fl: {rounds: }\n", ["'fl.rounds'", "None", "integer"]),
+    ("out_of_range", "attack: {victims: 0}\n", ["'attack.victims'", "0", "minimum of 1"]),
+    ("splits_over_one", "datasets: {digits: {splits: {train: 0.9, public: 0.9, test: 0.9}}}\n",
+     ["'datasets.digits.splits'", "2.7", "at most 1"]),
+    ("victims_beyond_the_data", "attack: {victims: 600, batch_size: 8}\n",
+     ["'attack.victims' x 'attack.batch_size'", "4800", "at most"]),
+    ("more_victims_for_one_attack", "attack: {victims: 2, victims_by_attack: {dlg: 5}}\n",
+     ["'attack.victims_by_attack.dlg'", "5", "'attack.victims' 2"]),
+    ("attack_round_after_training", "fl: {rounds: 10}\nattack: {round: 11}\n",
+     ["'attack.round'", "11", "0..10"]),
+    ("repeated_seed", "fl: {seeds: [0, 0]}\n", ["'fl.seeds'", "[0, 0]", "distinct"]),
+    ("gan_split_misspelled", "gan: {split: publc}\n", ["'gan.split'", "'publc'", "public"]),
+    ("more_clients_than_images", "cases: [{dataset: digits, model: lenet, "
+     "partition: {clients: 5000}}]\n", ["'cases[0].partition.clients'", "5000", "at most"]),
+]
+
+
+def one_error_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1, text
+    assert "Traceback" not in text
+    return lines[0]
+
+
+@pytest.mark.parametrize("name, extra, expected", BAD, ids=[b[0] for b in BAD])
+def test_fedleak_validate_names_key_value_and_expectation(tmp_path, capsys, name, extra,
+                                                          expected):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(BASE + extra)
+    assert cli.main(["validate", "--config", str(path)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("fedleak validate: error: invalid config")
+    for part in expected:
+        assert part in line, line
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b"\xff\xfe\x00fl: 1", ["not a UTF-8 text file", "byte 0"]),
+    (b"- a\n- b\n", ["must hold a mapping of keys", "list"]),
+], ids=["binary", "top_level_list"])
+def test_a_file_that_is_no_mapping_is_named(tmp_path, capsys, content, expected):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(content)
+    assert cli.main(["plan", "--config", str(path)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert str(path) in line and all(part in line for part in expected)
+
+
+def test_a_missing_config_file_is_named(tmp_path, capsys):
+    assert cli.main(["fl-run", "--config", str(tmp_path / "nope.yaml"), "--case", "c",
+                     "--setting", "none-0", "--seed", "0"]) == 2
+    assert "config file not found: " + str(tmp_path / "nope.yaml") in \
+        one_error_line(capsys.readouterr().err)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    return copy_project(tmp_path_factory.mktemp("config_errors"))
+
+
+def snakemake_fails(root, *args) -> str:
+    proc = run([*SNAKEMAKE, "-n", "--cores", "1", *args], root, check=False)
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("fedleak: ")]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (root / "results" / "config.resolved.json").exists(), "a job could start"
+    return lines[0]
+
+
+@pytest.mark.parametrize("extra, args, expected", [
+    ("attacks: {dlg: {stopper: {kind: hybrid, treshold: 1}}}\n", [],
+     ["unknown key 'attacks.dlg.stopper.treshold'"]),
+    ("attack: {victims: 600, batch_size: 8}\n", [], ["'attack.victims' x 'attack.batch_size'"]),
+    ("", ["--config", "fl={'rounds': 4.0}"], ["'fl.rounds'", "4.0", "integer"]),
+    ("", ["--config", "fl={'local_lr': .nan}"], ["'fl.local_lr'", "NaN"]),
+], ids=["configfile_nested_key", "configfile_impossible", "override_float", "override_nan"])
+def test_snakemake_fails_before_any_job_with_one_line(project, tmp_path, extra, args, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(BASE + extra)
+    line = snakemake_fails(project, "--configfile", str(path), *args)
+    assert all(part in line for part in expected), line
+
+
+def test_snakemake_names_a_syntax_error_in_the_embedded_default(tmp_path):
+    root = copy_project(tmp_path / "project")
+    default = root / "config" / "config.yaml"
+    default.write_text(default.read_text() + "\nfl: {rounds: 3\n")
+    line = snakemake_fails(root)
+    assert "config/config.yaml is not valid YAML/JSON" in line and "line" in line

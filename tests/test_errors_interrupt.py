@@ -1,0 +1,333 @@
+"""Interrupted runs (docs/errors.md, "Interrupted runs"): SIGKILL of Snakemake (with its
+running jobs) or of one job at any moment, and a disk that fills up while a file is
+written. Nothing half-written is left under results/; the README's plain command, run
+again, removes the lock a killed run left, re-makes what was unfinished and gives
+byte-identical tables to an uninterrupted run."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import psutil
+import pytest
+import torch
+from test_pipeline import ENV, copy_project
+
+from fedleak.utils import io
+from fedleak.utils.runlock import OWNER, release_stale_lock
+
+# The tiny configuration cut to what the interruption needs (data, FL, attack, aggregate
+# rules; two settings, so that jobs run side by side when they are killed).
+CONFIG = """title: interrupted
+threads: 1
+datasets:
+  digits: {channels: 1}
+cases:
+  - {dataset: digits, model: lenet, partition: {kind: iid, clients: 4}}
+fl: {seeds: [0], rounds: 4, client_batch_size: 8, eval_every: 2}
+defenses:
+  none: {strengths: [0]}
+  dp_gaussian: {strengths: [0.01]}
+attack: {victims: 2, seeds: [0], grid_victims: 1, metrics: [psnr, ssim, mse]}
+attacks:
+  dlg: {iterations: 2}
+  inverting_gradients: {iterations: 4, tv: 0.1}
+"""
+RUN = ["snakemake", "--cores", "all", "--configfile", "config/interrupt.yaml"]  # the README's
+CASE = "digits-lenet-iid-k4"
+SETTINGS = ("none-0", "dp_gaussian-0.01")
+
+
+def project(root: Path) -> Path:
+    root = copy_project(root)
+    (root / "config" / "interrupt.yaml").write_text(CONFIG)
+    return root
+
+
+def table_digests(root: Path) -> dict[str, str]:
+    """sha256 of every table but the measured wall times."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((root / "results" / "tables").glob("*.csv")) if p.name != "timing.csv"}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict[str, str]:
+    root = project(tmp_path_factory.mktemp("uninterrupted"))
+    proc = subprocess.run(RUN, cwd=root, env=ENV, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    digests = table_digests(root)
+    assert {"utility.csv", "privacy.csv", "tradeoff.csv"} <= set(digests)
+    return digests
+
+
+class Moment:
+    """A job of ``rule`` is running in this run: its log was (re)written since the run
+    started and its output is not there yet; ``partial`` (a file it writes early) exists
+    or it has run for ``patience`` seconds."""
+
+    def __init__(self, rule: str, outputs: list[tuple[str, str, str]], patience: float = 3.0):
+        self.rule, self.outputs, self.patience = rule, outputs, patience
+        self.seen: dict[str, float] = {}
+
+    def running(self, root: Path, since: float) -> str | None:
+        for log, output, partial in self.outputs:
+            log_path, done = root / log, root / output
+            if not log_path.is_file() or log_path.stat().st_mtime < since or done.exists():
+                continue
+            first = self.seen.setdefault(log, time.time())
+            if list(root.glob(partial)) or time.time() - first > self.patience:
+                return log
+        return None
+
+
+FL = Moment("fl_run", [(f"results/logs/fl_run/{CASE}/{s}/seed0.log",
+                        f"results/fl/{CASE}/{s}/seed0/metrics.json",
+                        f"results/fl/{CASE}/{s}/seed0/round0.pt") for s in SETTINGS])
+ATTACK = Moment("attack", [(f"results/logs/attack/{CASE}/{s}/seed0.log",
+                            f"results/attacks/{CASE}/{s}/seed0/metrics.json",
+                            f"results/attacks/{CASE}/{s}/seed0/details/*.png") for s in SETTINGS])
+AGGREGATE = Moment("aggregate", [("results/logs/aggregate/report.log", "results/report.md",
+                                  "results/tables/*.csv")])
+
+
+def run_and_kill(root: Path, moment: Moment, whole: bool) -> str:
+    """Start the plain command; at ``moment`` SIGKILL Snakemake with its running jobs
+    (``whole``) or only the job's own process. Returns Snakemake's output."""
+    start = time.time() - 1  # file times are coarser than time.time()
+    moment.seen.clear()
+    proc = subprocess.Popen(RUN, cwd=root, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    killed = None
+    try:
+        while killed is None and time.time() - start < 500:
+            if proc.poll() is not None:
+                pytest.fail(f"the run ended ({proc.returncode}) before a {moment.rule} job "
+                            f"could be killed:\n{proc.stdout.read()[-3000:]}")
+            if moment.running(root, start):
+                if whole:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    killed = "snakemake"
+                else:
+                    for job in psutil.Process(proc.pid).children(recursive=True):
+                        try:
+                            line = job.cmdline()
+                            if "fedleak" in " ".join(line[:2]) and \
+                                    moment.rule.replace("_", "-") in line:
+                                job.send_signal(signal.SIGKILL)
+                                killed = "job"
+                                break
+                        except psutil.Error:  # ended meanwhile
+                            continue
+            time.sleep(0.05)
+        output = proc.communicate(timeout=300)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert killed, f"no {moment.rule} job to kill"
+    assert proc.returncode != 0, output[-3000:]
+    return output
+
+
+def assert_nothing_half_written(root: Path) -> None:
+    """Every result file that exists is whole: it loads."""
+    for path in sorted((root / "results").rglob("*")):
+        if not path.is_file() or path.name.startswith(".") or \
+                path.relative_to(root / "results").parts[0] in ("logs", "benchmarks"):
+            continue
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".pt":
+            io.load_torch(path)
+        elif path.suffix == ".npy":
+            np.load(path, allow_pickle=False)
+        elif path.suffix == ".csv":
+            pd.read_csv(path)
+        elif path.suffix == ".png":
+            from PIL import Image
+
+            with Image.open(path) as image:
+                image.load()
+
+
+@pytest.mark.slow
+def test_sigkill_at_three_moments_then_the_plain_command_gives_identical_tables(
+        uninterrupted, tmp_path):
+    root = project(tmp_path / "project")
+    outputs = []
+    for moment, whole in ((FL, True), (ATTACK, False), (ATTACK, True), (AGGREGATE, True)):
+        outputs.append(run_and_kill(root, moment, whole))
+        assert_nothing_half_written(root)
+    # a killed Snakemake leaves its lock: the next plain run removed it and went on
+    assert "removed the lock that a killed run" in outputs[1]  # after the FL kill
+    assert "Error in rule attack" in outputs[1]  # its killed job, reported by Snakemake
+    assert "removed the lock" not in outputs[2]  # Snakemake itself ended that run
+    assert "removed the lock that a killed run" in outputs[3]  # after the attack kill
+    final = subprocess.run(RUN, cwd=root, env=ENV, capture_output=True, text=True)
+    assert final.returncode == 0, final.stderr[-3000:]
+    assert "removed the lock that a killed run" in final.stderr  # after the aggregate kill
+    assert table_digests(root) == uninterrupted
+    assert_nothing_half_written(root)
+    host = socket.gethostname()
+    assert not [p for p in (root / "results").rglob(f".*.{host}-*")], "temporary files left"
+    assert not (root / ".snakemake" / "locks").exists()
+    again = subprocess.run([*RUN, "-n"], cwd=root, env=ENV, capture_output=True, text=True)
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+# -- a full disk ------------------------------------------------------------------------
+
+
+def full_disk(monkeypatch, module, name: str, error: Exception) -> None:
+    """``module.name`` writes half of its output, then fails as a full disk does."""
+
+    def failing(*args, **kwargs):
+        target = next(a for a in [*args, *kwargs.values()] if isinstance(a, (str, Path))
+                      or hasattr(a, "write"))
+        if hasattr(target, "write"):
+            target.write(b"\x93NUMPY half")
+        else:
+            Path(target).write_bytes(b"half")
+        raise error
+
+    monkeypatch.setattr(module, name, failing)
+
+
+def figure(path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    from fedleak.report.figures import save_figure
+
+    fig = plt.figure()
+    save_figure(fig, path)
+
+
+@pytest.mark.parametrize("patch, write, name", [
+    ((torch, "save", RuntimeError("[enforce fail at inline_container.cc:672] . unexpected "
+                                  "pos 704 vs 598")),
+     lambda p: io.save_torch(p, {"w": torch.zeros(3)}), "round0.pt"),
+    ((np, "save", OSError(errno.ENOSPC, "No space left on device")),
+     lambda p: io.save_npy(p, np.zeros(3)), "train_x.npy"),
+    ((Path, "write_text", OSError(errno.ENOSPC, "No space left on device")),
+     lambda p: io.write_json(p, {"a": 1}), "metrics.json"),
+    ((pd.DataFrame, "to_csv", OSError(errno.ENOSPC, "No space left on device")),
+     lambda p: __import__("fedleak.report.tables", fromlist=["write_csv"]).write_csv(
+         pd.DataFrame({"a": [1]}), p), "utility.csv"),
+    (("matplotlib.figure.Figure", "savefig", OSError(errno.ENOSPC, "No space left on device")),
+     figure, "tradeoff_psnr.png"),
+], ids=["torch", "npy", "json", "csv", "figure"])
+def test_a_full_disk_leaves_the_old_file_or_none_and_names_the_path(tmp_path, monkeypatch,
+                                                                   patch, write, name):
+    module, attribute, error = patch
+    if isinstance(module, str):
+        import importlib
+
+        path, cls = module.rsplit(".", 1)
+        module = getattr(importlib.import_module(path), cls)
+    target = tmp_path / "results" / name
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"the complete previous version")
+    full_disk(monkeypatch, module, attribute, error)
+    with pytest.raises(OSError) as raised:
+        write(target)
+    message = str(raised.value)
+    assert f"cannot write {target}" in message and "nothing was written" in message
+    assert target.read_bytes() == b"the complete previous version"
+    assert sorted(p.name for p in target.parent.iterdir()) == [name]  # no temporary file
+
+
+def test_the_cli_reports_a_full_disk_in_one_line_and_leaves_no_partial_file(tmp_path):
+    """A real write failure: the file-size limit of the process stands in for a full disk."""
+    import resource
+
+    config = tmp_path / "c.yaml"
+    config.write_text("cases: [{dataset: digits, model: lenet}]\n")
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+    proc = subprocess.run([sys.executable, "-m", "fedleak.cli", "prepare-data", "--config",
+                           str(config), "--dataset", "digits", "--results",
+                           str(tmp_path / "results")], env=ENV, capture_output=True,
+                          text=True, preexec_fn=limit)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot write" in lines[0] and "train_x.npy" in lines[0]
+    folder = tmp_path / "results" / "data" / "digits"
+    assert sorted(p.name for p in folder.iterdir()) == []  # nothing half-written
+    assert not (folder / "manifest.json").exists()
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(tmp_path):
+    host = socket.gethostname()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f".metrics.json.{host}-{dead.pid}-abcd1234.json"
+    stale.write_text('{"half": ')
+    live = tmp_path / f".metrics.json.{host}-{os.getppid()}-efgh5678.json"
+    live.write_text('{"being written": ')
+    io.write_json(tmp_path / "metrics.json", {"whole": True})
+    assert not stale.exists() and live.exists()
+    assert json.loads((tmp_path / "metrics.json").read_text()) == {"whole": True}
+
+
+# -- the lock a killed run leaves --------------------------------------------------------
+
+
+def locked(root: Path, owner: dict | None) -> Path:
+    locks = root / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.output.lock").write_text("results/report.md\n")
+    if owner is not None:
+        (locks / OWNER).write_text(json.dumps(owner))
+    return locks
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize("owner, removed, says", [
+    (lambda: {"host": socket.gethostname(), "pid": dead_pid()}, True, "removed the lock"),
+    (lambda: {"host": socket.gethostname(), "pid": os.getppid()}, False, None),
+    (lambda: {"host": "another-node", "pid": dead_pid()}, False, None),
+    (lambda: None, False, "snakemake --unlock"),
+], ids=["killed_run", "live_run", "other_host", "unknown_owner"])
+def test_only_the_lock_of_a_dead_run_is_removed(tmp_path, owner, removed, says):
+    locks = locked(tmp_path, owner())
+    message = release_stale_lock(tmp_path, take=False)
+    assert (not locks.exists()) == removed
+    assert (says is None and message is None) or says in message
+
+
+def test_removing_a_stale_lock_remakes_the_killed_jobs_outputs(tmp_path):
+    import base64
+
+    locked(tmp_path, {"host": socket.gethostname(), "pid": dead_pid()})
+    unfinished = tmp_path / "results" / "fl" / "round0.pt"
+    unfinished.parent.mkdir(parents=True)
+    unfinished.write_bytes(b"whole, but its job was killed")
+    finished = tmp_path / "results" / "data.json"
+    finished.write_text("{}")
+    marks = tmp_path / ".snakemake" / "incomplete"
+    marks.mkdir(parents=True)
+    (marks / base64.urlsafe_b64encode(b"results/fl/round0.pt").decode()).write_text("{}")
+    message = release_stale_lock(tmp_path, take=True)
+    assert "1 unfinished outputs are made again" in message
+    assert not unfinished.exists() and finished.exists() and not list(marks.iterdir())
+    owner = json.loads((tmp_path / ".snakemake" / "locks" / OWNER).read_text())
+    assert owner["pid"] == os.getpid() and owner["host"] == socket.gethostname()

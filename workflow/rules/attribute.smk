@@ -1,0 +1,46 @@
+rule train_zoo:
+    # RecUP-FL's defender models, on clean gradients of the undefended run at one round.
+    input:
+        code("data", "models", "adversaries"),
+        data=case_data,
+        checkpoint=zoo_checkpoint,
+    output:
+        paths.zoo_file(RESULTS, "{case}", "{round}"),
+    params:
+        spec=config["attribute"],
+        config=CONFIG_JSON,
+    log:
+        paths.log(RESULTS, "train_zoo", "{case}", "round{round}"),
+    benchmark:
+        paths.benchmark(RESULTS, "train_zoo", "{case}", "round{round}")
+    conda:
+        "../envs/fedleak.yaml"
+    resources:
+        mem_mb=4000,
+    shell:
+        "fedleak train-zoo --config {params.config} --case {wildcards.case}"
+        " --round {wildcards.round} 2>&1 | tee {log}"
+
+
+rule attribute:
+    # Every attribute adversary against one setting's defended uploads, at every round.
+    input:
+        code("data", "models", "fl", "defenses", "adversaries"),
+        fl_inputs,
+        fl=attribute_fl_metrics,
+    output:
+        paths.attribute_metrics(RESULTS, "{case}", "{setting}", "{seed}"),
+    params:
+        spec=attribute_params,
+        config=CONFIG_JSON,
+    log:
+        paths.log(RESULTS, "attribute", "{case}", "{setting}", "seed{seed}"),
+    benchmark:
+        paths.benchmark(RESULTS, "attribute", "{case}", "{setting}", "seed{seed}")
+    conda:
+        "../envs/fedleak.yaml"
+    resources:
+        mem_mb=4000,
+    shell:
+        "fedleak attribute --config {params.config} --case {wildcards.case}"
+        " --setting {wildcards.setting:q} --seed {wildcards.seed} 2>&1 | tee {log}"
