@@ -59,3 +59,8 @@ rule all_fl:
 rule all_attacks:
     input:
         TARGETS["attacks"],
+
+
+rule all_attribute:
+    input:
+        TARGETS["attribute"],

@@ -130,7 +130,8 @@ def test_prepared_round_trip_keeps_attributes_and_checks_them(tmp_path, digit_at
 
 
 def test_prepared_folder_without_attributes_still_loads(tmp_path):
-    manifest = data.prepare("digits", tmp_path, {"channels": 1}, {"train": 0.8, "test": 0.2}, 0)
+    manifest = data.prepare("natural", tmp_path, {"channels": 1, "count": 40, "seed": 0},
+                            {"train": 0.8, "test": 0.2}, 0)
     assert "attributes" not in manifest
     assert data.load_prepared(tmp_path, "test").attributes == {}
     assert data.attribute_classes(tmp_path) == {}

@@ -1,4 +1,4 @@
-"""RecUP-FL (Yin et al.): gradient features, the adversaries, the model zoo and the defense
+"""RecUP-FL (Cui et al.): gradient features, the adversaries, the model zoo and the defense
 (Eqs. 4-9, Alg. 1, Appendix E), on digits with a LeNet and attributes derived from the
 images: ``ink`` (the ink-mass tercile within each digit class, 3 classes) and ``top``
 (whether the upper half holds more ink than the lower half, 2 classes)."""

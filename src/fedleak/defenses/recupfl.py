@@ -1,4 +1,4 @@
-"""RecUP-FL (Yin et al., "RecUP-FL: Reconciling Utility and Privacy in Federated Learning
+"""RecUP-FL (Cui et al., "RecUP-FL: Reconciling Utility and Privacy in Federated Learning
 via User-configurable Privacy Defense", AsiaCCS 2023): perturb the update so that
 attribute-inference models misread the client's sensitive attributes.
 
@@ -48,6 +48,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from fedleak.adversaries.features import gradient_features
 from fedleak.adversaries.neural import FeatureNet
 from fedleak.adversaries.zoo import ModelZoo
 from fedleak.defenses.base import Defense, DefenseContext, register
@@ -155,6 +156,21 @@ class RecUPFL(Defense):
             raise ValueError(f"recupfl attribute {attribute!r} values must be integers in "
                              f"[0, {classes}), got {values.tolist()}")
         return int(torch.bincount(values, minlength=classes).argmax())
+
+    def sample(self, trial: Update, ctx: DefenseContext) -> Update:
+        """An adaptive attacker's (EOT) draw: it does not know the client's attributes, so
+        each protected one it lacks is the zoo's majority reading of the trial gradient."""
+        attributes = dict(ctx.attributes or {})
+        with torch.no_grad():
+            features = gradient_features(Update(trial).detached(),
+                                         self.zoo.feature_size).unsqueeze(0)
+            for attribute in (a for a in self.protected if a not in attributes):
+                votes = torch.stack([model(features).argmax(1)[0]
+                                     for model in self.zoo.models[attribute]])
+                attributes[attribute] = torch.full((ctx.x.shape[0],),
+                                                   int(torch.bincount(votes).argmax()))
+        return self(DefenseContext(ctx.model, ctx.x, ctx.y, ctx.rng, gradient=trial,
+                                   attributes=attributes))
 
     def sample_models(self, attribute: str, count: int, rng: torch.Generator
                       ) -> list[FeatureNet]:

@@ -1,4 +1,4 @@
-"""RecUP-FL's attribute-inference track (Yin et al., §5.4) as two pipeline phases.
+"""RecUP-FL's attribute-inference track (Cui et al., §5.4) as two pipeline phases.
 
 - :func:`train_zoo`: the defender models of one case at one round, trained on clean
   gradients of D_train (the public split) under the undefended run's model at that round.

@@ -5,7 +5,7 @@
   defense's time per upload stays in the job's metrics.json: tables are byte-identical
   from run to run, timings are not).
 - ``attribute_gap.csv``: RecUP-FL against the best baseline at matched learning loss
-  (Yin et al. §6.1-6.2): at each RecUP-FL setting's learning loss, every other defense's
+  (Cui et al. §6.1-6.2): at each RecUP-FL setting's learning loss, every other defense's
   ASR interpolated linearly on its own (learning loss, ASR) curve, which starts from the
   undefended run, where that curve spans the loss; ``gap`` = RecUP-FL's ASR minus the
   lowest of them (negative: RecUP-FL wins).
