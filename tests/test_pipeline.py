@@ -76,8 +76,8 @@ def test_two_clean_runs_are_byte_identical_and_the_html_report_captions_every_fi
     assert (first / "results" / "gan" / "digits.png").is_file()
     assert (first / "results" / "tables" / "timing.csv").is_file()
     assert sorted(p.name for p in (first / "results" / "logs").iterdir()) == [
-        "aggregate", "attack", "fl_run", "prepare_data", "train_evalnet", "train_gan",
-        "train_giml"]
+        "aggregate", "attack", "attribute", "fl_run", "prepare_data", "train_evalnet",
+        "train_gan", "train_giml", "train_zoo"]
 
     run([*SNAKEMAKE, "--report", "report.html", "--configfile", "config/test.yaml"], second)
     html = (second / "report.html").read_text()
