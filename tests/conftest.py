@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,20 @@ SHARED_DATASETS = REPO.parent / "shared" / "datasets"
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 torch.set_num_threads(1)
+
+
+def readme_block(heading: str, language: str, number: int = 1) -> str:
+    """The ``number``-th ``language`` block after the README heading ``heading``."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index(heading):]
+    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)[number - 1]
+
+
+def commands(block: str) -> list[str]:
+    """Shell lines, continuation lines joined, comments dropped."""
+    text = block.replace("\\\n", " ")
+    lines = (line.split("  #")[0].strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
 
 
 @pytest.fixture(scope="session")

@@ -9,10 +9,11 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, commands, readme_block
 
 PROJECT_FILES = ["Snakefile", "dvc.yaml", "params.yaml", ".dvcignore", "matplotlibrc",
                  "workflow", "config", "src"]
@@ -87,40 +88,74 @@ def test_two_clean_runs_are_byte_identical_and_the_html_report_captions_every_fi
     assert all(len(caption) > 40 for caption in entries.values())
 
 
+def slurm_unavailable() -> str | None:
+    """Why no SLURM controller can take jobs here, or None."""
+    if shutil.which("sbatch") is None:
+        return "SLURM is not installed (tests/cluster/slurm-local.sh install, as root)"
+    proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
+    if proc.returncode != 0 or not {"idle", "mixed", "allocated"} & set(proc.stdout.split()):
+        return "no SLURM node answers (tests/cluster/slurm-local.sh start, as root)"
+    return None
+
+
+def slurm_job(jobid: str) -> dict[str, str]:
+    """`scontrol show job` as a dict (slurm-local.sh keeps finished jobs for an hour)."""
+    text = subprocess.run(["scontrol", "show", "job", jobid], capture_output=True,
+                          text=True, check=True).stdout
+    return dict(re.findall(r"(\w+)=(\S*)", text))
+
+
+def cancel_first_running(rule: str, process: subprocess.Popen) -> str | None:
+    """Wait until a job of ``rule`` runs on SLURM, cancel it and return its id."""
+    while process.poll() is None:
+        queue = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i %k"],
+                               capture_output=True, text=True).stdout
+        for line in queue.splitlines():
+            jobid, comment = line.split(maxsplit=1)
+            if comment.startswith(f"rule_{rule}_"):
+                subprocess.run(["scancel", jobid], check=True)
+                return jobid
+        time.sleep(0.5)
+    return None
+
+
 @pytest.mark.slow
-def test_slurm_profile_submits_every_job_with_its_resources(local_run, tmp_path):
-    """The SLURM profile through snakemake-executor-plugin-slurm, with SLURM's commands
-    replaced by tests/cluster/slurm_shim.py: every job goes through sbatch, GPU rules ask
-    for a GPU on the gpu partition and the others do not, and the tables are the local
-    run's, byte for byte."""
+@pytest.mark.slurm
+def test_slurm_runs_every_job_and_resubmits_a_cancelled_one_with_identical_tables(
+        local_run, tmp_path):
+    """The README's cluster commands on a real single-node SLURM (tests/cluster/
+    slurm-local.sh): every job goes through sbatch with its rule's partition, memory and
+    wall time; an attack job cancelled with scancel mid-run is submitted again (the
+    profile's retries); the tables are the local run's, byte for byte."""
+    reason = slurm_unavailable()
+    if reason:
+        pytest.skip(f"slurm test not run: {reason}")
     root = copy_project(tmp_path / "project")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name in ("sbatch", "srun", "sacct", "squeue", "sinfo", "scancel", "scontrol",
-                 "sacctmgr", "sshare"):
-        (bin_dir / name).symlink_to(REPO / "tests" / "cluster" / "slurm_shim.py")
-    env = {**ENV, "PATH": f"{bin_dir}:{ENV['PATH']}", "SLURM_SHIM_DIR": str(tmp_path / "shim"),
-           "SLURM_SHIM_ACCOUNT": "changeme"}
-    proc = subprocess.run(
-        [*SNAKEMAKE, "--profile", "workflow/profiles/slurm", "--configfile", "config/test.yaml",
-         "--latency-wait", "5", "--seconds-between-status-checks", "1",
-         "--slurm-init-seconds-before-status-checks", "1"],
-        cwd=root, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    calls = [json.loads(line) for line in (tmp_path / "shim" / "calls.jsonl").read_text()
-             .splitlines()]
-    comments = [c["args"][c["args"].index("--comment") + 1] for c in calls]
-    rules = [c.removeprefix("rule_").split("_wildcards_")[0] for c in comments]
+    script = "\n".join(commands(readme_block("### Try it on one machine", "bash", 2)))
+    process = subprocess.Popen(["bash", "-e", "-c", script], cwd=root, env=ENV,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cancelled = cancel_first_running("attack", process)
+    output = process.communicate()[0]
+    assert process.returncode == 0, output[-4000:]
+    assert cancelled is not None, "no attack job was seen running"
+    # Snakemake's job blocks: rule name, its jobid, then the SLURM job id(s) it got.
+    rule_of = dict((jobid, rule) for rule, jobid in re.findall(
+        r"^rule (\w+):\n(?:    .*\n)*?    jobid: (\d+)", output, flags=re.M))
+    submitted = re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", output)
     local = (local_run / ".snakemake" / "log").glob("*.log")
     local_jobs = re.findall(r"^(?:local)?rule (\w+):", next(local).read_text(), flags=re.M)
-    assert sorted(rules) == sorted(r for r in local_jobs if r != "all")
-    for rule, call in zip(rules, calls):
-        args = " ".join(call["args"])
-        if rule in GPU_RULES:
-            assert "-p gpu" in args and "--gpus=1" in args and "--cpus-per-gpu=4" in args
-            assert "--mem 16000" in args
-        else:
-            assert "-p cpu" in args and "--gpus" not in args and "-t 120" in args
+    assert sorted(rule_of[j] for j in {j for j, _ in submitted}) == \
+        sorted(r for r in local_jobs if r != "all")
+    again = [j for j, s in submitted if s == cancelled]
+    assert again and [s for j, s in submitted if j == again[0]][-1] != cancelled
+    assert slurm_job(cancelled)["JobState"] == "CANCELLED"
+    for jobid, slurm_id in submitted:
+        rule, job = rule_of[jobid], slurm_job(slurm_id)
+        assert job["Partition"] == ("gpu" if rule in GPU_RULES else "cpu")
+        assert job["MinMemoryNode"] == ("2000M" if rule in ("fl_run", "prepare_data")
+                                        else "4000M")
+        if rule not in ("attack", "fl_run"):
+            assert job["TimeLimit"] == "02:00:00"
     assert digests(root) == digests(local_run)
 
 
@@ -145,6 +180,25 @@ def test_dvc_repro_runs_every_stage_then_has_nothing_to_do(tmp_path):
     assert "up to date" in second.stdout
     assert (root / "dvc.lock").read_text() == lock
 
+    # The reviewers' path, as the README writes it: push to a remote, pull in a fresh
+    # clone, nothing to reproduce, every file verified; a tampered table is named.
+    env = {**ENV, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    script = "\n".join(commands(readme_block("## Reproduce as a reviewer", "bash")))
+    review = subprocess.run(["bash", "-e", "-c", script], cwd=root, env=env,
+                            capture_output=True, text=True)
+    assert review.returncode == 0, review.stdout[-2000:] + review.stderr[-2000:]
+    assert "Data and pipelines are up to date." in review.stdout
+    assert "verified: 11 outputs" in review.stdout
+    clone = tmp_path / "review"
+    assert (clone / "results" / "report.md").read_bytes() == \
+        (root / "results" / "report.md").read_bytes()
+    with (clone / "results" / "tables" / "utility.csv").open("a") as table:
+        table.write("0,0\n")
+    tampered = run(["fedleak", "verify"], clone, check=False)
+    assert tampered.returncode != 0
+    assert "modified: results/tables/utility.csv" in tampered.stderr
+
 
 @pytest.mark.parametrize("override, key", [
     (["fll=1"], "unknown key 'fll'"),
@@ -161,6 +215,14 @@ def test_bad_config_fails_before_any_job_with_one_line(tmp_path, override, key):
     assert len(lines) == 1, proc.stderr
     assert "fedleak: invalid config" in lines[0]
     assert not (root / "results").exists()
+
+
+def test_a_bad_cluster_variable_fails_before_any_job_with_one_line(tmp_path):
+    root = copy_project(tmp_path / "project")
+    proc = subprocess.run([*SNAKEMAKE, "-n", "--configfile", "config/test.yaml"], cwd=root,
+                          env={**ENV, "FEDLEAK_SLURM_GPUS": "two"}, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "fedleak: FEDLEAK_SLURM_GPUS='two': expected a number" in proc.stderr.splitlines()
 
 
 def test_a_configfile_replaces_the_embedded_default(tmp_path):

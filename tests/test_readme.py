@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 
-from conftest import REPO
+from conftest import commands, readme_block
 from test_pipeline import ENV, copy_project
-
-README = (REPO / "README.md").read_text()
-
-
-def code_block(heading: str, language: str) -> str:
-    """The first ``language`` block after the README heading ``heading``."""
-    section = README[README.index(heading):]
-    return re.search(rf"```{language}\n(.*?)```", section, flags=re.S)[1]
-
-
-def commands(block: str) -> list[str]:
-    """Shell lines, continuation lines joined, comments dropped."""
-    text = block.replace("\\\n", " ")
-    return [line.split("  #")[0].strip() for line in text.splitlines() if line.strip()]
 
 
 def test_every_step_without_snakemake_runs_as_written(tmp_path):
     root = copy_project(tmp_path / "project")
-    for command in commands(code_block("## Every step without Snakemake", "bash")):
+    for command in commands(readme_block("## Every step without Snakemake", "bash")):
         proc = subprocess.run(command, shell=True, cwd=root, env=ENV, capture_output=True,
                               text=True)
         assert proc.returncode == 0, f"{command}:\n{proc.stderr[-2000:]}"
@@ -34,7 +19,7 @@ def test_every_step_without_snakemake_runs_as_written(tmp_path):
 
 
 def test_python_api_example_runs_and_reconstructs(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", code_block("## Python API", "python")],
+    proc = subprocess.run([sys.executable, "-c", readme_block("## Python API", "python")],
                           cwd=tmp_path, env=ENV, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     psnr, ssim = map(float, proc.stdout.split())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fedleak import attacks, defenses
 from fedleak import config as cfg
-from fedleak.experiment import attribute, catalog, phases, plan
+from fedleak.experiment import attribute, catalog, phases, plan, verify
 from fedleak.types import Setting
 
 
@@ -69,7 +69,11 @@ COMMANDS = {
                "one paper target's table, comparison with the paper and figure", ["name"]),
     "aggregate": (lambda a, c: phases.aggregate(c, a.results),
                   "the standard tables and figures, and report.md", []),
+    "verify": (lambda a, c: verify.verify(a.root),
+               "hash every output dvc.lock records again (after `dvc pull`) and name what "
+               "differs", ["root"]),
 }
+NO_CONFIG = ("list", "targets", "verify")
 def _setting(text: str) -> Setting:
     try:
         return Setting.parse(text)
@@ -85,6 +89,8 @@ ARGUMENTS = {
     "seed": {"type": int, "help": "an FL/attack seed of the configuration"},
     "round": {"type": int, "help": "an FL round of attribute.rounds"},
     "name": {"help": "a target of the configuration, e.g. table5"},
+    "root": {"type": Path, "default": Path("."),
+             "help": "the DVC repository (default: the current folder)"},
     "configs": {"type": Path, "nargs": "+", "help": "paper configurations, e.g. "
                                                     "config/paper/*.yaml"},
 }
@@ -95,13 +101,15 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (func, summary, needed) in COMMANDS.items():
         p = sub.add_parser(name, help=summary, description=summary)
-        if name not in ("list", "targets"):
+        if name not in NO_CONFIG:
             p.add_argument("--config", required=True, help="YAML or JSON configuration")
             p.add_argument("--results", type=Path, default=Path("results"),
                            help="results folder (default: results)")
         for arg in needed:
             if arg == "configs":  # positional: fedleak targets config/paper/*.yaml
                 p.add_argument(arg, **ARGUMENTS[arg])
+            elif arg == "root":
+                p.add_argument(f"--{arg}", **ARGUMENTS[arg])
             else:
                 p.add_argument(f"--{arg}", required=True, **ARGUMENTS[arg])
         p.set_defaults(func=func)

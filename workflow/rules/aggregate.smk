@@ -16,6 +16,8 @@ rule target:
         config=CONFIG_JSON,
     log:
         paths.log(RESULTS, "target", "{name}"),
+    resources:
+        **cluster_resources("target"),
     conda:
         "../envs/fedleak.yaml"
     shell:
@@ -43,6 +45,8 @@ rule aggregate:
         config=CONFIG_JSON,
     log:
         paths.log(RESULTS, "aggregate", "report"),
+    resources:
+        **cluster_resources("aggregate"),
     conda:
         "../envs/fedleak.yaml"
     shell:

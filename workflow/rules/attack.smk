@@ -18,7 +18,7 @@ rule attack:
     conda:
         "../envs/fedleak.yaml"
     resources:
-        mem_mb=4000,
+        **cluster_resources("attack", attack_minutes),
     shell:
         "fedleak attack --config {params.config} --case {wildcards.case}"
         " --setting {wildcards.setting:q} --seed {wildcards.seed} 2>&1 | tee {log}"

@@ -16,7 +16,7 @@ rule train_zoo:
     conda:
         "../envs/fedleak.yaml"
     resources:
-        mem_mb=4000,
+        **cluster_resources("train_zoo"),
     shell:
         "fedleak train-zoo --config {params.config} --case {wildcards.case}"
         " --round {wildcards.round} 2>&1 | tee {log}"
@@ -40,7 +40,7 @@ rule attribute:
     conda:
         "../envs/fedleak.yaml"
     resources:
-        mem_mb=4000,
+        **cluster_resources("attribute"),
     shell:
         "fedleak attribute --config {params.config} --case {wildcards.case}"
         " --setting {wildcards.setting:q} --seed {wildcards.seed} 2>&1 | tee {log}"

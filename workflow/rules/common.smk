@@ -7,7 +7,7 @@ import yaml
 from snakemake.utils import update_config
 
 from fedleak import config as fedleak_config
-from fedleak.experiment import paths, plan
+from fedleak.experiment import cluster, paths, plan
 from fedleak.experiment.artifacts import Job, attack_inputs, defense_inputs
 from fedleak.experiment.phases import missing_datasets, outputs, target_files
 from fedleak.types import Setting
@@ -107,6 +107,25 @@ def attack_checkpoint(wildcards):
 
 def attack_job_inputs(wildcards):
     return [case_data(wildcards), *attack_inputs(job(wildcards))]
+
+
+def cluster_resources(rule, minutes=cluster.FIXED_MINUTES):
+    """SLURM resources from the environment (fedleak.experiment.cluster), checked here,
+    before any job."""
+    try:
+        return cluster.resources(rule, minutes)
+    except cluster.ClusterError as error:
+        sys.exit(f"fedleak: {error}")
+
+
+def attack_minutes(wildcards):
+    this = job(wildcards)
+    return cluster.attack_minutes(this.resolved, this.attacks)
+
+
+def fl_minutes(wildcards):
+    return cluster.fl_minutes(job(wildcards).resolved,
+                              plan.find_case(config, wildcards.case)["partition"]["clients"])
 
 
 def attack_params(wildcards):

@@ -11,7 +11,7 @@ rule prepare_data:
     conda:
         "../envs/fedleak.yaml"
     resources:
-        mem_mb=2000,
+        **cluster_resources("prepare_data"),
     shell:
         "fedleak prepare-data --config {params.config} --dataset {wildcards.dataset}"
         " 2>&1 | tee {log}"

@@ -16,7 +16,7 @@ rule train_evalnet:
     conda:
         "../envs/fedleak.yaml"
     resources:
-        mem_mb=4000,
+        **cluster_resources("train_evalnet"),
     shell:
         "fedleak train-evalnet --config {params.config} --dataset {wildcards.dataset}"
         " 2>&1 | tee {log}"

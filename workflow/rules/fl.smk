@@ -17,7 +17,7 @@ rule fl_run:
     conda:
         "../envs/fedleak.yaml"
     resources:
-        mem_mb=2000,
+        **cluster_resources("fl_run", fl_minutes),
     shell:
         "fedleak fl-run --config {params.config} --case {wildcards.case}"
         " --setting {wildcards.setting:q} --seed {wildcards.seed} 2>&1 | tee {log}"

@@ -20,7 +20,7 @@ rule train_gan:
     conda:
         "../envs/fedleak.yaml"
     resources:
-        mem_mb=4000,
+        **cluster_resources("train_gan"),
     shell:
         "fedleak train-gan --config {params.config} 2>&1 | tee {log}"
 
@@ -49,6 +49,6 @@ rule train_giml:
     conda:
         "../envs/fedleak.yaml"
     resources:
-        mem_mb=4000,
+        **cluster_resources("train_giml"),
     shell:
         "fedleak train-giml --config {params.config} --case {wildcards.case} 2>&1 | tee {log}"
