@@ -36,7 +36,7 @@ from torch import nn
 from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import infer_labels
-from fedleak.attacks.optimization import Trajectory, best_of_restarts
+from fedleak.attacks.optimization import Trajectory, best_of_restarts, optimize
 from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
 from fedleak.types import Need, Observation, Update
 
@@ -66,44 +66,10 @@ def ramp(t: float) -> float:
     return (0.5 - 0.5 * math.cos(down * math.pi)) * min(1.0, t / RAMPUP)
 
 
-def adam_ramped(variables: list[torch.Tensor], objective: Callable[[], torch.Tensor], *,
-                lr: float, iterations: int,
-                project: Callable[[list[torch.Tensor]], None] | None = None,
-                stopper: Stopper | None = None) -> Trajectory:
-    """Adam on ``variables`` with the :func:`ramp` schedule; a non-finite loss stops the run
-    and restores the last finite iterate; ``project`` runs after every step."""
-    if iterations < 1:
-        raise ValueError(f"iterations must be >= 1, got {iterations}")
-    opt = torch.optim.Adam(variables, lr=lr)
-    if stopper is not None:
-        stopper.reset()
-    trace: list[float] = []
-    last_good = [v.detach().clone() for v in variables]
-    reason = "max_iterations"
-    for step in range(iterations):
-        for group in opt.param_groups:
-            group["lr"] = lr * ramp(step / iterations)
-        opt.zero_grad()
-        loss = objective()
-        loss.backward()
-        opt.step()
-        value = float(loss.detach())
-        if not math.isfinite(value) or not all(torch.isfinite(v).all() for v in variables):
-            with torch.no_grad():
-                for v, good in zip(variables, last_good):
-                    v.copy_(good)
-            reason = "diverged"
-            break
-        if project is not None:
-            with torch.no_grad():
-                project(variables)
-        trace.append(value)
-        for v, good in zip(variables, last_good):
-            good.copy_(v.detach())
-        if stopper is not None and (why := stopper.update(value)) is not None:
-            reason = why
-            break
-    return Trajectory(variables, trace, len(trace), reason)
+def ramped(iterations: int) -> Callable[[int], float]:
+    """The lr factor of step t of ``iterations``: :func:`ramp` (for ``optimize``'s
+    ``lr_factor``)."""
+    return lambda step: ramp(step / iterations)
 
 
 def adaptive_transform(name: str, obs: Observation) -> Transform:
@@ -166,8 +132,9 @@ class GenerativeGradientLeakage:
 
             def run_once(_: int) -> Trajectory:
                 z = obs.randn(shape, rng).requires_grad_(True)
-                return adam_ramped([z], lambda: loss_of(z, self._images(z, obs), True),
-                                   lr=self.lr, iterations=self.iterations, stopper=stopper)
+                return optimize([z], lambda: loss_of(z, self._images(z, obs), True),
+                                optimizer="adam", lr=self.lr, iterations=self.iterations,
+                                lr_factor=ramped(self.iterations), stopper=stopper)
         else:
             def run_once(index: int) -> Trajectory:
                 return self._cmaes(obs, shape, loss_of, self.seed + index, stopper)

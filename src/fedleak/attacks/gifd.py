@@ -35,9 +35,14 @@ from torch import nn
 
 from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
-from fedleak.attacks.gga import Transform, adam_ramped, adaptive_transform
+from fedleak.attacks.gga import Transform, adaptive_transform, ramped
 from fedleak.attacks.label_inference import infer_labels
-from fedleak.attacks.optimization import Trajectory, cosine_distance, total_variation
+from fedleak.attacks.optimization import (
+    Trajectory,
+    cosine_distance,
+    optimize,
+    total_variation,
+)
 from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
 from fedleak.types import Need, Observation, Update
 
@@ -125,8 +130,9 @@ class GIFD:
             def project(variables: list[torch.Tensor]) -> None:
                 variables[0].copy_(origin + project_l1_ball(variables[0] - origin, radius))
 
-            run = adam_ramped([variable], objective, lr=self.lr, iterations=iterations,
-                              project=None if ratio is None else project, stopper=stopper)
+            run = optimize([variable], objective, optimizer="adam", lr=self.lr,
+                           iterations=iterations, lr_factor=ramped(iterations),
+                           project=None if ratio is None else project, stopper=stopper)
             with torch.no_grad():
                 images = to_model_input(decode(variable), obs.input_shape)
             return run, float(gradient_loss(images, False).detach()), images.clamp(0, 1)

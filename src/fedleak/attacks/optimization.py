@@ -7,10 +7,12 @@ variation mean|dx| + mean|dy|. Optimisers: L-BFGS and Adam (optionally on the
 sign of the gradient), a multi-step lr schedule, a box projection, restarts
 (the lowest final loss wins) and an optional EPAFL stopper.
 
-``optimize_vectorised`` runs many independent gradient-matching problems that
-share one model (victims x restarts of one FL round) in lockstep: the trial
-gradient, the distance and its gradient with respect to the images are
-``torch.func.vmap``-ed over the problems instead of looped in Python (DESIGN §7).
+``optimize`` is the one loop: every gradient-based attack hands it its variables and its
+objective. ``optimize_vectorised`` builds the objective of many independent
+gradient-matching problems that share one model (victims x restarts of one FL round):
+the trial gradient, the distance and its gradient with respect to the images are
+``torch.func.vmap``-ed over the problems instead of looped in Python (DESIGN §7), and
+``optimize`` steps them together.
 """
 
 from __future__ import annotations
@@ -65,30 +67,58 @@ def total_variation(x: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Trajectory:
+    """What :func:`optimize` did. One problem: the finite losses, their count and why it
+    stopped. P stacked problems: ``loss_trace`` (iterations, P), of which problem p
+    recorded the first ``iterations[p]`` entries, and ``diverged`` (P,)."""
+
     variables: list[torch.Tensor]
-    loss_trace: list[float]
-    iterations: int
+    loss_trace: list[float] | torch.Tensor
+    iterations: int | torch.Tensor
     stop_reason: str
     snapshots: dict[int, torch.Tensor] = field(default_factory=dict)
+    diverged: torch.Tensor | None = None
 
     @property
     def final_loss(self) -> float:
         return self.loss_trace[-1] if self.loss_trace else math.inf
 
 
-def optimize(variables: list[torch.Tensor], objective: Callable[[], torch.Tensor], *,
+Objective = Callable[[], "torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]"]
+
+
+def _finite(loss: torch.Tensor, variables: list[torch.Tensor]) -> torch.Tensor:
+    """Whether each problem's loss and variables are finite: a bool of ``loss``'s shape
+    (one problem: a 0-dim loss; P problems: (P,), the first dimension of every variable)."""
+    ok = torch.isfinite(loss)
+    for v in variables:
+        ok = ok & torch.isfinite(v).flatten(loss.ndim).all(dim=-1)
+    return ok
+
+
+def optimize(variables: list[torch.Tensor], objective: Objective, *,
              optimizer: str, lr: float, iterations: int, signed: bool = False,
              milestones: Sequence[float] = (), gamma: float = 0.1,
+             lr_factor: Callable[[int], float] | None = None,
+             betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
              project: Callable[[list[torch.Tensor]], None] | None = None,
              stopper: Stopper | None = None, snapshot_at: Collection[int] = (),
              render: Callable[[list[torch.Tensor]], torch.Tensor] | None = None) -> Trajectory:
-    """Minimise ``objective()`` over ``variables`` in place; returns the trajectory.
+    """The one optimisation loop of every gradient-based attack: minimise ``objective()``
+    over ``variables`` in place with a torch optimiser; returns the trajectory.
 
-    ``milestones`` are fractions of ``iterations`` at which the lr is multiplied by
-    ``gamma``. A non-finite loss stops the run and restores the last finite iterate.
-    ``render(variables)`` (the images, in [0, 1] after clamping) is recorded at each
-    iteration of ``snapshot_at`` (0: the start); iterations after the run stopped early
-    get its final images.
+    ``objective()`` returns the loss, or the loss and the gradient of each variable where
+    it computes them itself (``torch.func``). A 0-dim loss is one problem; a (P,) loss is
+    P independent problems stacked on the first dimension of every variable (Adam only:
+    the optimiser steps their sum, whose gradient is each problem's own), and a problem
+    whose loss or iterate turns non-finite gets its last finite iterate back and stays
+    there while the others go on. One problem stops at its first non-finite step instead.
+
+    The lr is multiplied by ``gamma`` at each fraction of ``iterations`` in
+    ``milestones``, or by ``lr_factor(t)`` at step t. ``signed`` steps on the sign of the
+    gradient. ``project`` runs after every step, ``stopper`` (one problem) sees every
+    finite loss. ``render(variables)`` (the images, in [0, 1] after clamping) is recorded
+    at each iteration of ``snapshot_at`` (0: the start); iterations after the run stopped
+    early get its final images.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
@@ -97,23 +127,34 @@ def optimize(variables: list[torch.Tensor], objective: Callable[[], torch.Tensor
     if optimizer == "lbfgs":
         opt = torch.optim.LBFGS(variables, lr=lr)
     else:
-        opt = torch.optim.Adam(variables, lr=lr)
-    steps = sorted({int(m * iterations) for m in milestones})
-    schedule = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=steps, gamma=gamma)
+        opt = torch.optim.Adam(variables, lr=lr, betas=betas, eps=eps)
+    if lr_factor is not None:
+        schedule = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    else:
+        steps = sorted({int(m * iterations) for m in milestones})
+        schedule = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=steps, gamma=gamma)
     if stopper is not None:
         stopper.reset()
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
-        loss = objective()
-        loss.backward()
+        out = objective()
+        if isinstance(out, tuple):
+            loss, gradients = out
+            for v, g in zip(variables, gradients):
+                v.grad = g
+        else:
+            loss = out
+            (loss.sum() if loss.ndim else loss).backward()
         if signed:
             for v in variables:
                 v.grad.sign_()
-        return loss
+        return loss.detach()
 
-    trace: list[float] = []
+    trace: list[torch.Tensor] = []
     last_good = [v.detach().clone() for v in variables]
+    active = torch.tensor(True)
+    counted = 0
     reason = "max_iterations"
     snapshots: dict[int, torch.Tensor] = {}
 
@@ -125,31 +166,41 @@ def optimize(variables: list[torch.Tensor], objective: Callable[[], torch.Tensor
     snapshot(0)
     for _ in range(iterations):
         if optimizer == "lbfgs":
-            loss = float(opt.step(closure).detach())
+            loss = opt.step(closure)
+            if loss.ndim:
+                raise ValueError("L-BFGS minimises one problem; got a loss of shape "
+                                 f"{tuple(loss.shape)} (use Adam for stacked problems)")
         else:
-            loss = float(closure().detach())
+            loss = closure()
             opt.step()
         schedule.step()
-        if not math.isfinite(loss) or not all(torch.isfinite(v).all() for v in variables):
-            with torch.no_grad():
+        with torch.no_grad():
+            active = active.to(loss.device) & _finite(loss, variables)
+            if loss.ndim == 0 and not active:
                 for v, good in zip(variables, last_good):
                     v.copy_(good)
-            reason = "diverged"
-            break
-        if project is not None:
-            with torch.no_grad():
+                reason = "diverged"
+                break
+            if loss.ndim:
+                for v, good in zip(variables, last_good):
+                    v.copy_(torch.where(active.view(-1, *(1,) * (v.ndim - 1)), v, good))
+            if project is not None:
                 project(variables)
+            for v, good in zip(variables, last_good):
+                good.copy_(v)
         trace.append(loss)
-        for v, good in zip(variables, last_good):
-            good.copy_(v.detach())
+        counted = counted + active.long()
         snapshot(len(trace))
-        if stopper is not None and (why := stopper.update(loss)) is not None:
+        if stopper is not None and (why := stopper.update(float(loss))) is not None:
             reason = why
             break
     if snapshot_at:
         final = render(variables).detach().clamp(0, 1).cpu()
         snapshots.update({t: final for t in snapshot_at if t > len(trace)})
-    return Trajectory(variables, trace, len(trace), reason, snapshots)
+    if trace and trace[0].ndim:  # P problems: traces, counts and divergence stay tensors
+        return Trajectory(variables, torch.stack(trace), counted, reason, snapshots, ~active)
+    return Trajectory(variables, torch.stack(trace).tolist() if trace else [], len(trace),
+                      reason, snapshots)
 
 
 def best_of_restarts(run_once: Callable[[int], Trajectory], restarts: int
@@ -224,11 +275,11 @@ def optimize_vectorised(model: nn.Module, images: torch.Tensor, labels: torch.Te
     W); ``labels`` is (V, B) and ``targets`` maps every parameter name of ``model`` to
     (V, *shape). The distance (``DISTANCES``) is taken over all layers flattened into one
     vector, the same value as over the list of layers. The V x R problems form one
-    ``vmap`` (targets repeated per restart). The update is torch's Adam (on the sign of
-    the gradient when ``signed``), the lr is multiplied by ``gamma`` at each fraction of
-    ``iterations`` in ``milestones``, ``boxed`` projects onto [0, 1]. A problem whose
-    loss or iterate turns non-finite gets its last finite iterate back and is frozen, as
-    :func:`optimize` stops. The loss trace stays on the device (no host sync).
+    ``vmap`` (targets repeated per restart), which :func:`optimize` runs as V x R stacked
+    problems: Adam (on the sign of the gradient when ``signed``), the lr multiplied by
+    ``gamma`` at each fraction of ``iterations`` in ``milestones``, ``boxed`` projecting
+    onto [0, 1]; a problem that turns non-finite is frozen at its last finite iterate.
+    The loss trace stays on the device (no host sync).
     """
     if distance not in DISTANCES:
         raise ValueError(f"distance must be one of {sorted(DISTANCES)}, got {distance!r}")
@@ -260,54 +311,34 @@ def optimize_vectorised(model: nn.Module, images: torch.Tensor, labels: torch.Te
         trial = grad(cross_entropy)(params, x, y)
         return matching(torch.cat([trial[n].flatten() for n in params]), target, x)
 
-    trial_gradients = vmap(grad(cross_entropy), in_dims=(None, 0, 0))
-
-    def autograd_step(x: torch.Tensor, y: torch.Tensor, target: torch.Tensor):
-        with torch.enable_grad():
-            x = x.detach().requires_grad_(True)
-            trial = trial_gradients(params, x, y)
-            flat = torch.cat([trial[n].flatten(1) for n in params], dim=1)
-            loss = vmap(matching)(flat, target, x)
-            return torch.autograd.grad(loss.sum(), x)[0], loss.detach()
-
-    # d objective / d x of every problem. Without BatchNorm batch statistics, regular
-    # autograd through the vmap-ed trial gradients (1.25x faster on LeNet); with them,
-    # all in torch.func, since autograd misses the dependence of the batch statistics
-    # on x inside vmap (1e-3 relative gradient error on ResNet-10 in training mode).
-    step = autograd_step if module is model else vmap(grad_and_value(objective))
-    problems = victims * restarts
-
     def per_problem(t: torch.Tensor) -> torch.Tensor:
         """(V, ...) -> (V * R, ...), victim-major (a view when R is 1)."""
         return t.unsqueeze(1).expand(victims, restarts, *t.shape[1:]).flatten(0, 1)
 
     problem_labels = per_problem(labels)
     problem_targets = per_problem(torch.cat([targets[n].flatten(1) for n in params], dim=1))
-    x = images.detach().flatten(0, 1).clone()
-    exp_avg, exp_avg_sq = torch.zeros_like(x), torch.zeros_like(x)
-    active = torch.ones(problems, dtype=torch.bool, device=x.device)
-    counted = torch.zeros(problems, dtype=torch.long, device=x.device)
-    trace = torch.empty(iterations, problems, dtype=x.dtype, device=x.device)
-    per_image = (problems,) + (1,) * (x.ndim - 1)
-    beta1, beta2 = betas
-    decays = {int(m * iterations) for m in milestones}
-    rate = lr
-    for t in range(iterations):
-        if t in decays:
-            rate = rate * gamma
-        g, loss = step(x, problem_labels, problem_targets)
-        if signed:
-            g = g.sign()
-        exp_avg.lerp_(g, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-        denom = (exp_avg_sq.sqrt() / (1 - beta2 ** (t + 1)) ** 0.5).add_(eps)
-        moved = x.addcdiv(exp_avg, denom, value=-rate / (1 - beta1 ** (t + 1)))
-        active = active & torch.isfinite(loss) & torch.isfinite(moved).flatten(1).all(dim=1)
-        x = torch.where(active.view(per_image), moved, x)
-        if boxed:
-            x = x.clamp(0, 1)
-        trace[t] = loss
-        counted += active
+    x = images.detach().flatten(0, 1).clone().requires_grad_(True)
+    # d objective / d x of every problem. Without BatchNorm batch statistics, regular
+    # autograd through the vmap-ed trial gradients (1.25x faster on LeNet); with them,
+    # all in torch.func, since autograd misses the dependence of the batch statistics
+    # on x inside vmap (1e-3 relative gradient error on ResNet-10 in training mode).
+    if module is model:
+        trial_gradients = vmap(grad(cross_entropy), in_dims=(None, 0, 0))
+
+        def batched() -> torch.Tensor:
+            trial = trial_gradients(params, x, problem_labels)
+            flat = torch.cat([trial[n].flatten(1) for n in params], dim=1)
+            return vmap(matching)(flat, problem_targets, x)
+    else:
+        gradient_and_loss = vmap(grad_and_value(objective))
+
+        def batched() -> tuple[torch.Tensor, list[torch.Tensor]]:
+            gradient, loss = gradient_and_loss(x.detach(), problem_labels, problem_targets)
+            return loss, [gradient]
+
+    run = optimize([x], batched, optimizer="adam", lr=lr, iterations=iterations,
+                   signed=signed, milestones=milestones, gamma=gamma, betas=betas, eps=eps,
+                   project=clamp_unit if boxed else None)
     grid = (victims, restarts)
-    return BatchedTrajectory(x.unflatten(0, grid), trace.unflatten(1, grid),
-                             counted.unflatten(0, grid), ~active.unflatten(0, grid))
+    return BatchedTrajectory(x.detach().unflatten(0, grid), run.loss_trace.unflatten(1, grid),
+                             run.iterations.unflatten(0, grid), run.diverged.unflatten(0, grid))
