@@ -54,13 +54,15 @@ GPU_RULES = {"train_evalnet", "train_gan", "attack"}
 
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory) -> Path:
-    """The tiny configuration run once, locally, in a fresh copy of the project."""
+    """The tiny configuration run once, locally, in a fresh copy of the project (the tests
+    that use it share one xdist worker, so it runs once)."""
     root = copy_project(tmp_path_factory.mktemp("local"))
     run(TEST_RUN, root)
     return root
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("local_run")
 def test_two_clean_runs_are_byte_identical_and_the_html_report_captions_every_figure(
         local_run, tmp_path):
     first, second = local_run, copy_project(tmp_path / "b")
@@ -121,6 +123,7 @@ def cancel_first_running(rule: str, process: subprocess.Popen) -> str | None:
 
 @pytest.mark.slow
 @pytest.mark.slurm
+@pytest.mark.xdist_group("local_run")
 def test_slurm_runs_every_job_and_resubmits_a_cancelled_one_with_identical_tables(
         local_run, tmp_path):
     """The README's cluster commands on a real single-node SLURM (tests/cluster/

@@ -27,7 +27,7 @@ global RNG; its loss trace is the best loss found so far after each round.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -36,6 +36,7 @@ from torch import nn
 from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import infer_labels
+from fedleak.attacks.objectives import Candidate, compose
 from fedleak.attacks.optimization import Trajectory, best_of_restarts, optimize
 from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
 from fedleak.types import Need, Observation, Update
@@ -45,18 +46,6 @@ Transform = Callable[[Update, torch.Tensor], Update]
 
 TRANSFORMS = ("none", "pruning", "clipping", "soteria")
 RAMPUP, RAMPDOWN = 0.05, 0.25
-
-
-def ggl_distance(trial: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
-    """GGL's gradient distance: per-tensor squared L2, summed, divided by the number of tensors."""
-    return sum(((a - b) ** 2).sum() for a, b in zip(trial, target)) / len(target)
-
-
-def kl_to_standard_normal(z: torch.Tensor) -> torch.Tensor:
-    """GGL's KL(z || N(0, 1)) from each row's mean and biased std, summed over rows."""
-    mean = z.flatten(1).mean(dim=1)
-    var = z.flatten(1).var(dim=1, unbiased=False)
-    return -0.5 * (1 + torch.log(var + 1e-10) - mean**2 - var).sum()
 
 
 def ramp(t: float) -> float:
@@ -120,11 +109,12 @@ class GenerativeGradientLeakage:
         self.generator.to(obs.device)
         stopper = stopper or self.stopper
 
+        objective = compose("ggl", {"kl": self.kl})
+
         def loss_of(z: torch.Tensor, images: torch.Tensor, create_graph: bool) -> torch.Tensor:
             trial = transform(Update.of(obs.model, images, labels, create_graph=create_graph),
                               images)
-            distance = ggl_distance([trial[n] for n in names], target)
-            return distance + self.kl * kl_to_standard_normal(z)
+            return objective([trial[n] for n in names], target, Candidate(images, z))
 
         shape = (obs.batch_size, self.latent_dim)
         if self.optimizer == "adam":

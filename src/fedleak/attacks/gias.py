@@ -59,14 +59,8 @@ from fedleak.attacks.bn_statistics import (
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.gradinversion import bn_loss
 from fedleak.attacks.label_inference import infer_labels
-from fedleak.attacks.optimization import (
-    DISTANCES,
-    Trajectory,
-    best_of_restarts,
-    clamp_unit,
-    optimize,
-    total_variation,
-)
+from fedleak.attacks.objectives import Candidate, compose
+from fedleak.attacks.optimization import Trajectory, best_of_restarts, clamp_unit, optimize
 from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
 from fedleak.types import Need, Observation, Update
 
@@ -104,8 +98,7 @@ def _bn_target(obs: Observation) -> Statistics:
 def inversion_cost(obs: Observation, labels: torch.Tensor, *, distance: str = "cosine",
                    tv: float = 1e-4, bn: float = 0.0, sparsity: float = 0.0) -> Cost:
     """c(x) of Eq. 3 for model-input images x: gradient distance + tv TV(x) (+ bn R_BN)."""
-    if distance not in DISTANCES:
-        raise ValueError(f"distance must be one of {sorted(DISTANCES)}, got {distance!r}")
+    loss_of = compose(distance, {"tv": tv})
     if tv < 0 or bn < 0:
         raise ValueError(f"tv and bn must be >= 0, got tv={tv}, bn={bn}")
     if not 0 <= sparsity < 1:
@@ -115,7 +108,6 @@ def inversion_cost(obs: Observation, labels: torch.Tensor, *, distance: str = "c
     if masks is not None:
         target = [g * m for g, m in zip(target, masks)]
     bn_target = _bn_target(obs) if bn > 0 else None
-    measure = DISTANCES[distance]
 
     def trial_gradient(images: torch.Tensor) -> list[torch.Tensor]:
         trial = list(Update.of(obs.model, images, labels, create_graph=True).values())
@@ -128,7 +120,7 @@ def inversion_cost(obs: Observation, labels: torch.Tensor, *, distance: str = "c
             with BNRecorder(obs.model) as recorder:
                 trial = trial_gradient(images)
             penalty = bn * bn_loss(recorder.statistics(), bn_target, FIRST_BN_WEIGHT)
-        return measure(trial, target) + tv * total_variation(images) + penalty
+        return loss_of(trial, target, Candidate(images)) + penalty
 
     return cost
 

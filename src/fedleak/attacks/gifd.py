@@ -37,12 +37,8 @@ from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.gga import Transform, adaptive_transform, ramped
 from fedleak.attacks.label_inference import infer_labels
-from fedleak.attacks.optimization import (
-    Trajectory,
-    cosine_distance,
-    optimize,
-    total_variation,
-)
+from fedleak.attacks.objectives import Candidate, compose, cosine_distance
+from fedleak.attacks.optimization import Trajectory, optimize
 from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
 from fedleak.types import Need, Observation, Update
 
@@ -112,10 +108,12 @@ class GIFD:
         stopper = stopper or self.stopper
         rng = torch.Generator().manual_seed(self.seed)
 
-        def gradient_loss(images: torch.Tensor, create_graph: bool = True) -> torch.Tensor:
+        loss_of = compose("cosine", {"tv": self.tv, "l2": self.image_norm})
+
+        def trial_gradient(images: torch.Tensor, create_graph: bool = True) -> list[torch.Tensor]:
             trial = transform(Update.of(obs.model, images, labels, create_graph=create_graph),
                               images)
-            return cosine_distance([trial[n] for n in names], target)
+            return [trial[n] for n in names]
 
         def stage(variable: torch.Tensor, decode, iterations: int, ratio: float | None):
             origin = variable.detach().clone()
@@ -124,8 +122,7 @@ class GIFD:
 
             def objective() -> torch.Tensor:
                 images = to_model_input(decode(variable), obs.input_shape)
-                return (gradient_loss(images) + self.tv * total_variation(images)
-                        + self.image_norm * images.norm())
+                return loss_of(trial_gradient(images), target, Candidate(images))
 
             def project(variables: list[torch.Tensor]) -> None:
                 variables[0].copy_(origin + project_l1_ball(variables[0] - origin, radius))
@@ -135,7 +132,8 @@ class GIFD:
                            project=None if ratio is None else project, stopper=stopper)
             with torch.no_grad():
                 images = to_model_input(decode(variable), obs.input_shape)
-            return run, float(gradient_loss(images, False).detach()), images.clamp(0, 1)
+            distance = cosine_distance(trial_gradient(images, False), target)
+            return run, float(distance.detach()), images.clamp(0, 1)
 
         best = None
         for restart in range(self.restarts):

@@ -52,7 +52,8 @@ from fedleak.attacks.bn_statistics import (
 )
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import infer_labels
-from fedleak.attacks.optimization import clamp_unit, l2_distance, optimize, total_variation
+from fedleak.attacks.objectives import Candidate, compose, l2_distance
+from fedleak.attacks.optimization import clamp_unit, optimize
 from fedleak.types import Need, Observation, Update
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
@@ -110,6 +111,7 @@ class GradInversion:
         target = obs.target_gradient()
         bn_target = self._bn_target(obs)
         area = obs.input_shape[1] * obs.input_shape[2]
+        loss_of = compose("l2", {"tv": self.tv})
         rng = torch.Generator().manual_seed(self.seed)
         x = obs.randn((self.restarts, obs.batch_size, *obs.input_shape), rng).requires_grad_(True)
         group_mean: torch.Tensor | None = None
@@ -117,8 +119,7 @@ class GradInversion:
 
         def one_seed(images: torch.Tensor, recorder: BNRecorder) -> torch.Tensor:
             trial = Update.of(obs.model, images, labels, create_graph=True)
-            loss = l2_distance(list(trial.values()), target)
-            loss = loss + self.tv * total_variation(images)
+            loss = loss_of(list(trial.values()), target, Candidate(images))
             loss = loss + self.image_norm * torch.linalg.vector_norm(images) / area
             if bn_target is not None:
                 loss = loss + self.bn_weight * bn_loss(recorder.statistics(), bn_target,

@@ -14,7 +14,8 @@ import torch
 from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import idlg_label
-from fedleak.attacks.optimization import best_of_restarts, l2_distance, optimize
+from fedleak.attacks.objectives import l2_distance
+from fedleak.attacks.optimization import best_of_restarts, optimize
 from fedleak.types import Observation, Update
 
 

@@ -23,13 +23,12 @@ import torch
 from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import idlg_label
+from fedleak.attacks.objectives import Candidate, compose
 from fedleak.attacks.optimization import (
-    DISTANCES,
     best_of_restarts,
     clamp_unit,
     optimize,
     optimize_vectorised,
-    total_variation,
 )
 from fedleak.types import Observation, Update
 
@@ -50,7 +49,7 @@ class InvertingGradients:
         labels = obs.labels.to(obs.device) if obs.labels is not None else idlg_label(obs)
         target = obs.target_gradient()
         names = [n for n, _ in obs.model.named_parameters()]
-        distance = DISTANCES[self.distance]
+        loss_of = compose(self.distance, {"tv": self.tv})
         rng = torch.Generator().manual_seed(self.seed)
 
         def run_once(_: int):
@@ -60,7 +59,7 @@ class InvertingGradients:
                 trial = Update.of(obs.model, x, labels, create_graph=True)
                 if trial_transform is not None:
                     trial = trial_transform(trial, x)
-                return distance([trial[n] for n in names], target) + self.tv * total_variation(x)
+                return loss_of([trial[n] for n in names], target, Candidate(x))
 
             return optimize([x], objective, optimizer="adam", lr=self.lr,
                             iterations=self.iterations, signed=self.signed,

@@ -1,11 +1,8 @@
 """The optimisation loop shared by all optimisation-based attacks (DESIGN §3).
 
-Gradient distances: squared L2 summed over layers (DLG, Eq. 4 of Zhu et al.) and
-the global cosine distance 1 - <g, g'> / (||g|| ||g'||) over all layers
-(Inverting Gradients, Geiping et al., Eq. 4). Regulariser: anisotropic total
-variation mean|dx| + mean|dy|. Optimisers: L-BFGS and Adam (optionally on the
-sign of the gradient), a multi-step lr schedule, a box projection, restarts
-(the lowest final loss wins) and an optional EPAFL stopper.
+Optimisers: L-BFGS and Adam (optionally on the sign of the gradient), a multi-step or
+per-step lr schedule, a box projection, restarts (the lowest final loss wins) and an
+optional EPAFL stopper. What is minimised comes from ``objectives``.
 
 ``optimize`` is the one loop: every gradient-based attack hands it its variables and its
 objective. ``optimize_vectorised`` builds the objective of many independent
@@ -36,33 +33,14 @@ from torch.func import (
 )
 
 from fedleak.attacks.early_stopping import Stopper
+from fedleak.attacks.objectives import Candidate, compose
 
 OPTIMIZERS = ("lbfgs", "adam")
-
-
-def l2_distance(trial: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
-    return sum(((a - b) ** 2).sum() for a, b in zip(trial, target))
-
-
-def cosine_distance(trial: Sequence[torch.Tensor], target: Sequence[torch.Tensor]) -> torch.Tensor:
-    dot = sum((a * b).sum() for a, b in zip(trial, target))
-    trial_norm = sum((a * a).sum() for a in trial).sqrt()
-    target_norm = sum((b * b).sum() for b in target).sqrt()
-    return 1 - dot / (trial_norm * target_norm + 1e-12)
-
-
-DISTANCES = {"l2": l2_distance, "cosine": cosine_distance}
 
 
 def clamp_unit(variables: list[torch.Tensor]) -> None:
     """Box projection of an image attack's first variable onto [0, 1]."""
     variables[0].clamp_(0, 1)
-
-
-def total_variation(x: torch.Tensor) -> torch.Tensor:
-    dx = (x[:, :, :, 1:] - x[:, :, :, :-1]).abs().mean()
-    dy = (x[:, :, 1:, :] - x[:, :, :-1, :]).abs().mean()
-    return dx + dy
 
 
 @dataclass
@@ -273,7 +251,7 @@ def optimize_vectorised(model: nn.Module, images: torch.Tensor, labels: torch.Te
     Problem (v, r) minimises ``distance(grad_theta CE(model(x), labels[v]), targets[v])
     + tv * TV(x)`` over its images ``x``, starting from ``images[v, r]`` (V, R, B, C, H,
     W); ``labels`` is (V, B) and ``targets`` maps every parameter name of ``model`` to
-    (V, *shape). The distance (``DISTANCES``) is taken over all layers flattened into one
+    (V, *shape). The distance (``objectives.DISTANCES``) is taken over all layers flattened into one
     vector, the same value as over the list of layers. The V x R problems form one
     ``vmap`` (targets repeated per restart), which :func:`optimize` runs as V x R stacked
     problems: Adam (on the sign of the gradient when ``signed``), the lr multiplied by
@@ -281,8 +259,7 @@ def optimize_vectorised(model: nn.Module, images: torch.Tensor, labels: torch.Te
     onto [0, 1]; a problem that turns non-finite is frozen at its last finite iterate.
     The loss trace stays on the device (no host sync).
     """
-    if distance not in DISTANCES:
-        raise ValueError(f"distance must be one of {sorted(DISTANCES)}, got {distance!r}")
+    objective_of = compose(distance, {"tv": tv})
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
     if images.ndim != 6:
@@ -301,11 +278,10 @@ def optimize_vectorised(model: nn.Module, images: torch.Tensor, labels: torch.Te
     bad = {n: tuple(t.shape) for n, t in targets.items() if t.shape != (victims, *params[n].shape)}
     if bad:
         raise ValueError(f"targets must be (victims={victims}, *parameter shape); got {bad}")
-    measure = DISTANCES[distance]
     cross_entropy = partial(_cross_entropy, module, buffers)
 
     def matching(flat: torch.Tensor, target: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return measure([flat], [target]) + tv * total_variation(x)
+        return objective_of([flat], [target], Candidate(x))
 
     def objective(x: torch.Tensor, y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         trial = grad(cross_entropy)(params, x, y)
