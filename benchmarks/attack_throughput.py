@@ -1,4 +1,5 @@
-"""Iterations per second of Inverting Gradients: vectorised engine vs the per-victim loop.
+"""Iterations per second of Inverting Gradients: fedleak's vectorised engine, its per-victim
+loop, and the breaching library (Geiping et al.'s own implementation).
 
 Inverting Gradients (Geiping et al., NeurIPS 2020, Eq. 4) on LeNet and ResNet-18
 (fedleak.models.build, 3x32x32 inputs, 10 classes) for 1, 8 and 32 problems
@@ -6,10 +7,25 @@ Inverting Gradients (Geiping et al., NeurIPS 2020, Eq. 4) on LeNet and ResNet-18
 is what ``fedleak attack`` did per victim: ``build(seed=base + v)(obs)``; the
 vectorised path is ``reconstruct_many`` on all victims at once (torch.func vmap).
 An iteration is one Adam step of one problem, so iterations/s = problems x
-iterations / seconds. After a warm-up, ``--repeats`` timed runs alternate the
-order of the two paths so that machine noise hits both; medians are reported,
-with process CPU time beside wall time on the CPU (robust to other processes on
-a shared machine).
+iterations / seconds. After a one-iteration warm-up of each path, ``--repeats``
+timed runs rotate the order of the paths so that machine noise hits all of them;
+medians are reported with the min and max, with process CPU time beside wall time
+(robust to other processes on a shared machine).
+
+The breaching column (``pip install fedleak[bench]``: breaching 0.1.2; absent, with a
+printed reason, when it cannot be imported) runs breaching's ``attack=invertinggradients``
+(cosine similarity, TV, Adam on the gradient sign, lr 0.1 with steps at 3/8, 5/8, 7/8,
+box [0, 1], N(0, 1) starts, best restart) on the same observations, model object,
+iterations and restarts: per victim, ``prepare_attack`` and ``reconstruct``, whose
+restarts run one after the other (timed with them: building the attacker, its copy of the
+model, its per-step best-iterate copy and the scoring of each restart). Choices that make
+it the same problem: normalisation mean 0 / std 1 (fedleak's images are the inputs in
+[0, 1]), TV weight ``--tv`` (fedleak's lambda_TV 1e-4 instead of breaching's 0.2; both
+weigh a mean of |dx| + |dy|, breaching's with zero padding at the border), the labels
+known, and no buffers sent, so that breaching attacks in training mode with batch
+statistics as the client computed the gradient. On the CPU victim v starts from the
+images fedleak's seed v draws (breaching's global generator seeded v). Compare the three
+paths at 1 victim x R restarts (``--sizes R --restarts R``), breaching's unit of work.
 
 BatchNorm (ResNet-18): the models stay in training mode, as the client computed
 the observed gradient; the per-victim path then normalises with each batch's own
@@ -17,15 +33,26 @@ statistics, and the vectorised path does the same on a copy of the model passed
 through ``torch.func.replace_all_batch_norm_modules_`` (batch statistics, no
 running-statistics update, which vmap cannot do in place).
 
+Sanity check: ``{path}_gradient_distance`` is the cosine distance between the gradient
+at each path's reconstruction (last timed run) and the observed one, averaged over
+victims; after the same iterations the paths should be close (with ``--tv 0`` on the
+CPU, the same trajectory up to rounding).
+
     python benchmarks/attack_throughput.py --threads 1 [--models lenet resnet18]
-        [--sizes 1 8 32] [--iterations lenet=20 resnet18=2] [--out FILE.csv]
+        [--sizes 1 8 32] [--restarts 1] [--iterations lenet=20 resnet18=2]
+        [--repeats 3] [--tv 1e-4] [--out FILE.csv]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import logging
 import statistics
 import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -35,6 +62,7 @@ from fedleak import attacks, models
 from fedleak.types import Update
 
 DEFAULT_ITERATIONS = {"lenet": 20, "resnet18": 2}
+Runner = Callable[[list[attacks.Observation], dict], list[torch.Tensor]]
 
 
 def iterations_per_model(spec: str) -> tuple[str, int]:
@@ -59,40 +87,97 @@ def observations(model: torch.nn.Module, victims: int, batch: int, device: torch
     return out
 
 
-def per_victim(observed: list[attacks.Observation], params: dict) -> None:
-    for v, obs in enumerate(observed):
-        attacks.build("inverting_gradients", seed=v, **params)(obs)
+def per_victim(observed: list[attacks.Observation], params: dict) -> list[torch.Tensor]:
+    return [attacks.build("inverting_gradients", seed=v, **params)(obs).images
+            for v, obs in enumerate(observed)]
 
 
-def vectorised(observed: list[attacks.Observation], params: dict) -> None:
-    attacks.build("inverting_gradients", seed=0, **params).reconstruct_many(observed)
+def vectorised(observed: list[attacks.Observation], params: dict) -> list[torch.Tensor]:
+    run = attacks.build("inverting_gradients", seed=0, **params).reconstruct_many(observed)
+    return [r.images for r in run]
 
 
-def timed(run, observed: list[attacks.Observation], params: dict,
-          device: torch.device) -> tuple[float, float]:
-    """(wall seconds, process CPU seconds) of one run."""
+def breaching_path() -> Runner | None:
+    """breaching's Inverting Gradients as a path, or None (with the reason printed)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.jit.script's deprecation, at import
+            import breaching
+    except Exception as error:  # an optional comparison: report and go on without it
+        print(f"no breaching column: cannot import breaching ({type(error).__name__}: {error});"
+              " pip install -e '.[bench]'")
+        return None
+    overrides = ["case=1_single_image_small", "attack=invertinggradients",
+                 "case.data.mean=[0,0,0]", "case.data.std=[1,1,1]"]
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")  # hydra's version_base notice
+        cfg = breaching.get_config(overrides=overrides)  # prints the use case
+    logging.getLogger("breaching").setLevel(logging.WARNING)
+
+    def run(observed: list[attacks.Observation], params: dict) -> list[torch.Tensor]:
+        # callback = iterations: one progress line at the first and last step, not logged
+        cfg.attack.optim.max_iterations = cfg.attack.optim.callback = params["iterations"]
+        cfg.attack.restarts.num_trials = params["restarts"]
+        cfg.attack.regularization.total_variation.scale = params["tv"]
+        out = []
+        for v, obs in enumerate(observed):
+            torch.manual_seed(v)  # breaching draws its starts from the global generator
+            cfg.case.data.shape, cfg.case.data.classes = list(obs.input_shape), obs.num_classes
+            attacker = breaching.attacks.prepare_attack(
+                obs.model, torch.nn.CrossEntropyLoss(), cfg.attack,
+                dict(device=obs.device, dtype=torch.float))
+            payload = dict(parameters=[p.detach() for p in obs.model.parameters()],
+                           buffers=None, metadata=cfg.case.data)
+            shared = dict(gradients=obs.target_gradient(), buffers=None,
+                          metadata=dict(num_data_points=obs.batch_size, labels=obs.labels,
+                                        local_hyperparams=None))
+            data, _ = attacker.reconstruct([payload], [shared], {}, dryrun=False)
+            out.append(data["data"].detach().clamp(0, 1))
+        return out
+
+    return run
+
+
+def gradient_distance(observed: list[attacks.Observation], images: list[torch.Tensor]) -> float:
+    """Mean over victims of 1 - cos(gradient at the reconstruction, observed gradient), all
+    layers as one vector."""
+    def flat(gradients) -> torch.Tensor:
+        return torch.cat([g.detach().flatten() for g in gradients])
+
+    return statistics.mean(
+        1 - float(torch.nn.functional.cosine_similarity(
+            flat(Update.of(obs.model, x, obs.labels).values()), flat(obs.target_gradient()),
+            dim=0))
+        for obs, x in zip(observed, images))
+
+
+def timed(run: Runner, observed: list[attacks.Observation], params: dict,
+          device: torch.device) -> tuple[float, float, list[torch.Tensor]]:
+    """(wall seconds, process CPU seconds, reconstructions) of one run."""
     if device.type == "cuda":
         torch.cuda.synchronize()
     wall, cpu = time.perf_counter(), time.process_time()
-    run(observed, params)
+    images = run(observed, params)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - wall, time.process_time() - cpu
+    return time.perf_counter() - wall, time.process_time() - cpu, images
 
 
-def measure(observed: list[attacks.Observation], params: dict, device: torch.device,
-            repeats: int) -> dict[str, list[tuple[float, float]]]:
-    """Interleaved timings of both paths after a one-iteration warm-up run of each."""
-    warm = {**params, "iterations": 1}
-    per_victim(observed, warm)
-    vectorised(observed, warm)
-    times: dict[str, list[tuple[float, float]]] = {"loop": [], "vectorised": []}
+def measure(paths: dict[str, Runner], observed: list[attacks.Observation], params: dict,
+            device: torch.device, repeats: int
+            ) -> tuple[dict[str, list[tuple[float, float]]], dict[str, list[torch.Tensor]]]:
+    """Timings of every path, in an order rotated each repeat, after a one-iteration
+    warm-up run of each; and each path's reconstructions from its last run."""
+    for run in paths.values():
+        run(observed, {**params, "iterations": 1})
+    names = list(paths)
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    images: dict[str, list[torch.Tensor]] = {}
     for r in range(repeats):
-        order = ("loop", "vectorised") if r % 2 == 0 else ("vectorised", "loop")
-        for path in order:
-            run = per_victim if path == "loop" else vectorised
-            times[path].append(timed(run, observed, params, device))
-    return times
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            wall, cpu, images[name] = timed(paths[name], observed, params, device)
+            times[name].append((wall, cpu))
+    return times, images
 
 
 def main() -> None:
@@ -106,6 +191,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help="images per client update")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--tv", type=float, default=1e-4,
+                        help="TV weight of both implementations (fedleak's default)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/attack_throughput.csv"))
     args = parser.parse_args()
     bad = [s for s in args.sizes if s < 1 or s % args.restarts]
@@ -117,37 +204,52 @@ def main() -> None:
     if missing:
         raise SystemExit(f"no iteration count for {missing}: pass --iterations MODEL=N")
     torch.set_num_threads(args.threads)
+    paths: dict[str, Runner] = {"loop": per_victim, "vectorised": vectorised}
+    if (other := breaching_path()) is not None:
+        paths["breaching"] = other
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
     rows = []
     for device in devices:
         for name in args.models:
             torch.manual_seed(0)
             model = models.build(name, 3, 10, 32).to(device)
-            params = {"iterations": iterations[name], "restarts": args.restarts}
+            params = {"iterations": iterations[name], "restarts": args.restarts, "tv": args.tv}
             for size in args.sizes:
                 victims = size // args.restarts
                 observed = observations(model, victims, args.batch, device, seed=size)
-                times = measure(observed, params, device, args.repeats)
+                times, images = measure(paths, observed, params, device, args.repeats)
                 row = {"device": device.type, "model": name, "problems": size,
                        "victims": victims, "restarts": args.restarts, "batch": args.batch,
-                       "iterations": params["iterations"], "threads": args.threads}
+                       "iterations": params["iterations"], "threads": args.threads,
+                       "repeats": args.repeats}
+                work = size * params["iterations"]
                 for path, runs in times.items():
-                    wall = statistics.median(w for w, _ in runs)
-                    row[f"{path}_seconds"] = wall
-                    row[f"{path}_iterations_per_s"] = size * params["iterations"] / wall
-                    row[f"{path}_cpu_seconds"] = statistics.median(c for _, c in runs)
-                row["speedup"] = row["loop_seconds"] / row["vectorised_seconds"]
-                row["cpu_speedup"] = row["loop_cpu_seconds"] / row["vectorised_cpu_seconds"]
+                    walls, cpus = zip(*runs)
+                    for kind, values in (("", walls), ("cpu_", cpus)):
+                        median = statistics.median(values)
+                        row[f"{path}_{kind}seconds"] = median
+                        row[f"{path}_{kind}seconds_min"] = min(values)
+                        row[f"{path}_{kind}seconds_max"] = max(values)
+                        row[f"{path}_{kind}iterations_per_s"] = work / median
+                    row[f"{path}_gradient_distance"] = gradient_distance(observed, images[path])
+                # throughput ratios, from the median times
+                pairs = [("speedup", "vectorised", "loop")] + [
+                    (f"{fast}_vs_breaching", fast, "breaching")
+                    for fast in ("vectorised", "loop") if "breaching" in times]
+                for label, fast, slow in pairs:
+                    row[label] = row[f"{slow}_seconds"] / row[f"{fast}_seconds"]
+                    row[f"cpu_{label}"] = row[f"{slow}_cpu_seconds"] / row[f"{fast}_cpu_seconds"]
                 rows.append(row)
-                print(f"{device.type:4} {name:8} {size:3} problems: loop "
-                      f"{row['loop_iterations_per_s']:8.2f} it/s, vectorised "
-                      f"{row['vectorised_iterations_per_s']:8.2f} it/s, ratio "
-                      f"{row['speedup']:.2f} (CPU time {row['cpu_speedup']:.2f})", flush=True)
+                rates = ", ".join(f"{path} {row[f'{path}_iterations_per_s']:.2f} "
+                                  f"({row[f'{path}_cpu_iterations_per_s']:.2f} CPU)"
+                                  for path in times)
+                print(f"{device.type:4} {name:8} {size:3} problems, it/s: {rates}", flush=True)
     table = pd.DataFrame(rows).sort_values(["device", "model", "problems"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out, index=False, float_format="%.6g", lineterminator="\n")
-    print(table[["device", "model", "problems", "loop_iterations_per_s",
-                 "vectorised_iterations_per_s", "speedup", "cpu_speedup"]].to_string(index=False))
+    ratios = [c for c in table.columns if c.endswith(("speedup", "_vs_breaching"))]
+    print(table[["device", "model", "problems", *(f"{p}_iterations_per_s" for p in paths),
+                 *ratios]].to_string(index=False))
     print(f"wrote {args.out}")
 
 
