@@ -74,6 +74,8 @@ COMMANDS = {
                "differs", ["root"]),
 }
 NO_CONFIG = ("list", "targets", "verify")
+
+
 def _setting(text: str) -> Setting:
     try:
         return Setting.parse(text)
