@@ -167,7 +167,8 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
             for v, good in zip(variables, last_good):
                 good.copy_(v)
         trace.append(loss)
-        counted = counted + active.long()
+        if loss.ndim:  # stacked problems count their own iterations
+            counted = counted + active.long()
         snapshot(len(trace))
         if stopper is not None and (why := stopper.update(float(loss))) is not None:
             reason = why
