@@ -36,6 +36,9 @@ BAD = [
      ["'attack.round'", "11", "0..10"]),
     ("repeated_seed", "fl: {seeds: [0, 0]}\n", ["'fl.seeds'", "[0, 0]", "distinct"]),
     ("gan_split_misspelled", "gan: {split: publc}\n", ["'gan.split'", "'publc'", "public"]),
+    ("zoo_smaller_than_asked", "attribute: {zoo_size: 4}\ndefenses: {recupfl: "
+     "{strengths: [0.001], params: {zoo_models: 5}}}\n",
+     ["'defenses.recupfl.params.zoo_models'", "5", "'attribute.zoo_size' 4", "at most 4"]),
     ("more_clients_than_images", "cases: [{dataset: digits, model: lenet, "
      "partition: {clients: 5000}}]\n", ["'cases[0].partition.clients'", "5000", "at most"]),
 ]

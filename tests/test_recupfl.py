@@ -335,6 +335,22 @@ def test_invalid_parameters_and_contexts_fail_clearly(setup):
                                attributes={"ink": s["attrs"]["ink"][:1]}))
 
 
+def test_zoo_models_uses_the_first_models_of_each_attribute(setup):
+    """Fig. 8: ``zoo_models`` N samples only from the first N models of the zoo."""
+    defense = recupfl(setup, zoo_models=5)
+    assert all(models == setup["zoo"].models[a][:5] for a, models in defense.zoo.models.items())
+    rng = torch.Generator().manual_seed(0)
+    assert sorted(map(id, defense.sample_models("ink", 5, rng))) == \
+        sorted(map(id, setup["zoo"].models["ink"][:5]))
+    whole = recupfl(setup, zoo_models=6)(context(setup, 0))
+    assert all(torch.equal(whole[k], v) for k, v in recupfl(setup)(context(setup, 0)).items())
+    with pytest.raises(ValueError, match=r"zoo_models is 7 .* \{'ink': 6, 'top': 6\}"):
+        recupfl(setup, zoo_models=7)
+    with pytest.raises(ValueError, match="zoo_models must be a positive integer or null, got 0"):
+        RecUPFL(zoo=setup["zoo"], epsilon=0.1, iterations=1, models=2, attributes=None,
+                gamma=None, variant="meta", momentum=0.9, zoo_models=0)
+
+
 def test_majority_value_is_the_batch_label(setup):
     defense = recupfl(setup)
     s = setup

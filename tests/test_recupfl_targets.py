@@ -184,7 +184,7 @@ def test_the_recupfl_paper_config_plans_attribute_jobs_only_where_targets_read_t
     for point in plan.points(paper):
         read = (point.case, plan.fl_setting(point.setting)) in attributed
         by_target.setdefault(point.target, set()).add(read)
-    for name in ("fig2", "fig3", "fig4", "fig5", "fig9", "fig10", "fig11"):
+    for name in ("fig2", "fig3", "fig4", "fig5", "fig8", "fig9", "fig10", "fig11"):
         assert by_target[name] == {True}, name  # every point has its attribute job
         assert paper["targets"][name]["figure"]["kind"] == "attribute"
     assert by_target["fig7"] == {False}  # FL only: convergence

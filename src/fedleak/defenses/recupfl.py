@@ -25,6 +25,10 @@ Eqs. 10-14, ``iterations`` unused): ``one_step`` (one random model, step eps),
 of eps/Q), ``momentum`` (the same with u_q = mu u_{q-1} + grad / ||grad||_1, step
 eps/Q sign(u_q), mu = 0.9).
 
+``zoo_models`` N uses the first N defender models of each attribute's zoo (each has its
+own widths and seed, so the first N are a zoo of N), for Fig. 8 (§6.6, zoo sizes 5 .. 20;
+with 5 and Q = 5 every iteration samples the same models); null uses them all (20, §5.3).
+
 P = 10 and Q = 5 are the paper's (§5.3); it sweeps epsilon per dataset (5e-6 .. 0.5) and
 gives no single value, so the schema's default 0.001 is ours (on a digits LeNet at
 round 0 it moves the update by ~0.5% of its norm and takes a Stru-NN adversary on the
@@ -92,7 +96,7 @@ class RecUPFL(Defense):
 
     def __init__(self, *, zoo: ModelZoo, epsilon: float, iterations: int, models: int,
                  attributes: Sequence[str] | None, gamma: Sequence[float] | None,
-                 variant: str, momentum: float) -> None:
+                 variant: str, momentum: float, zoo_models: int | None = None) -> None:
         if not isinstance(zoo, ModelZoo):
             raise ValueError(f"recupfl needs zoo=, a ModelZoo (fedleak.adversaries.load_zoo), "
                              f"got {type(zoo).__name__}")
@@ -108,6 +112,8 @@ class RecUPFL(Defense):
                              f"(meta-train uses Q-1 models, meta-test one more), got {models}")
         if not 0 <= momentum:
             raise ValueError(f"recupfl momentum must be >= 0, got {momentum}")
+        if zoo_models is not None:
+            zoo = self.first_models(zoo, zoo_models)
         self.zoo, self.epsilon, self.iterations, self.models = zoo, float(epsilon), \
             int(iterations), int(models)
         self.attributes, self.gamma, self.variant, self.momentum = attributes, gamma, variant, \
@@ -140,6 +146,19 @@ class RecUPFL(Defense):
                 if model.features != zoo.feature_size:
                     raise ValueError(f"recupfl zoo feature size is {zoo.feature_size} but a "
                                      f"{attribute!r} model takes {model.features} features")
+
+    @staticmethod
+    def first_models(zoo: ModelZoo, count: int) -> ModelZoo:
+        """``zoo`` cut to the first ``count`` defender models of each attribute."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"recupfl zoo_models must be a positive integer or null, "
+                             f"got {count!r}")
+        short = {a: len(models) for a, models in zoo.models.items() if len(models) < count}
+        if short:
+            raise ValueError(f"recupfl zoo_models is {count} but the zoo holds fewer models: "
+                             f"{short}; expected at most attribute.zoo_size")
+        return ModelZoo(zoo.feature_size, dict(zoo.classes),
+                        {a: list(models[:count]) for a, models in zoo.models.items()})
 
     # -- one attribute -------------------------------------------------------------------
 
