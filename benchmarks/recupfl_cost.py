@@ -1,13 +1,19 @@
 """Seconds per client update of RecUP-FL and its baselines (RecUP-FL Table 1).
 
-RecUP-FL (P = 10, Q = 5, epsilon 0.001, protecting ``ink``), DP-Gaussian, DP-Laplace,
-gradient sparsification (``pruning``) and Soteria, each built with
-``defenses.build`` at the strength below, defend the same uploads: a LeNet's gradient
-of one client batch (``--batches``, default 20 and 1) of the embedded digits at 16x16
-(and, with ``--cifar``, the digits at CIFAR's 3x32x32). RecUP-FL's zoo is the paper's:
-20 defender models with hidden widths drawn from 128 .. 2048 on 256 gradient features,
-trained briefly (``--zoo-epochs``) on per-sample features of the first 600 digits (the
-time per update does not depend on how well the zoo is trained). Protecting M
+RecUP-FL (P = 10, Q = 5, epsilon 0.001, protecting one attribute), DP-Gaussian,
+DP-Laplace, gradient sparsification (``pruning``) and Soteria, each built with
+``defenses.build`` at the strength below, defend the same uploads: the gradient of one
+client batch (``--batches``, default 20 and 1) of
+
+- ``digits``: a LeNet on the embedded digits at 16x16, protecting ``ink``, 256 features;
+- ``cifar`` (``--cifar``): the same at CIFAR's 3x32x32;
+- ``lfw`` (``--lfw``): Table 1's own setting, LFW's Table 2c CNN (``attribute_cnn``) on
+  3x62x47 LFW-shaped stand-in images (the digits), protecting ``race``, 1,024 features as
+  config/paper/recupfl.yaml.
+
+RecUP-FL's zoo is the paper's: 20 defender models with hidden widths drawn from 128 ..
+2048, trained briefly (``--zoo-epochs``) on per-sample features of the first 600 images
+(the time per update does not depend on how well the zoo is trained). Protecting M
 attributes costs M times the perturbation.
 
 Each repeat takes the next batch and runs every defense on it, the order rotated by
@@ -17,13 +23,15 @@ median and interquartile range, with each defense's ratio to DP-Gaussian and to 
 (ratios of medians).
 
     python benchmarks/recupfl_cost.py [--batches 20 1] [--repeats 15] [--threads 1]
-        [--cifar] [--out FILE.csv]
+        [--cifar] [--lfw] [--out FILE.csv]
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -39,24 +47,49 @@ DEFENSES = {
     "pruning": {"ratio": 0.2},
     "soteria": {"ratio": 0.1},
 }
-ATTRIBUTE = "ink"
 
 
-def zoo_for(model: torch.nn.Module, images: data.ImageData, args: argparse.Namespace):
-    """The paper's zoo shape (20 models, widths 128 .. 2048) on ``--feature-size``
-    features of the first 600 images, trained for ``--zoo-epochs``."""
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    images: Callable[[], data.ImageData]
+    model: Callable[[], torch.nn.Module]
+    attribute: str
+    features: int
+
+
+def shapes(args: argparse.Namespace) -> list[Shape]:
+    chosen = [Shape("digits 1x16x16", lambda: data.load("digits", channels=1, size=16),
+                    lambda: models.build("lenet", 1, 10, 16), "ink", args.feature_size)]
+    if args.cifar:
+        chosen.append(Shape("digits 3x32x32", lambda: data.load("digits", channels=3, size=32),
+                            lambda: models.build("lenet", 3, 10, 32), "ink",
+                            args.feature_size))
+    if args.lfw:
+        chosen.append(Shape("lfw 3x62x47", lambda: data.load("lfw", stand_in="digits"),
+                            lambda: models.build("attribute_cnn", 3, 2, 62,
+                                                 input_shape=(3, 62, 47), layout="lfw"),
+                            "race", 1024))
+    return chosen
+
+
+def zoo_for(model: torch.nn.Module, images: data.ImageData, shape: Shape,
+            args: argparse.Namespace):
+    """The paper's zoo shape (20 models, widths 128 .. 2048) on the shape's features of
+    the first 600 images, trained for ``--zoo-epochs``."""
     x, y = images.x[:600], images.y[:600]
-    features = features_of(model, x, y, args.feature_size)
-    labels = images.attributes[ATTRIBUTE][:600]
-    return train_zoo(features, {ATTRIBUTE: labels}, {ATTRIBUTE: 3}, size=args.zoo_size,
+    features = features_of(model, x, y, shape.features)
+    labels = images.attributes[shape.attribute]
+    return train_zoo(features, {shape.attribute: labels[:600]},
+                     {shape.attribute: int(labels.max()) + 1}, size=args.zoo_size,
                      epochs=args.zoo_epochs, widths=(128, 2048), seed=0)
 
 
-def time_shape(shape: str, channels: int, size: int, args: argparse.Namespace) -> list[dict]:
-    images = data.load("digits", channels=channels, size=size)
+def time_shape(shape: Shape, args: argparse.Namespace) -> list[dict]:
+    images = shape.images()
     torch.manual_seed(0)
-    model = models.build("lenet", channels, 10, size)
-    zoo = zoo_for(model, images, args)
+    model = shape.model()
+    zoo = zoo_for(model, images, shape, args)
     built = {name: defenses.build(name, **({"zoo": zoo} if name == "recupfl" else {}),
                                   **params) for name, params in DEFENSES.items()}
     names = list(built)
@@ -65,19 +98,19 @@ def time_shape(shape: str, channels: int, size: int, args: argparse.Namespace) -
         for r in range(args.repeats + 1):  # repeat 0 warms up (Soteria's scripted Jacobian)
             part = 600 + (r * batch + torch.arange(batch)) % (len(images) - 600)  # unseen
             x, y = images.x[part], images.y[part]
-            attributes = {ATTRIBUTE: images.attributes[ATTRIBUTE][part]}
+            attributes = {shape.attribute: images.attributes[shape.attribute][part]}
             for name in names[r % len(names):] + names[:r % len(names)]:
                 ctx = defenses.DefenseContext(model, x, y, torch.Generator().manual_seed(r),
                                               attributes=attributes)
                 wall, cpu = time.perf_counter(), time.process_time()
                 built[name](ctx)
                 if r:
-                    rows.append({"shape": shape, "batch": batch, "defense": name, "repeat": r,
+                    rows.append({"shape": shape.name, "batch": batch, "defense": name, "repeat": r,
                                  "wall_s": time.perf_counter() - wall,
                                  "cpu_s": time.process_time() - cpu})
         done = pd.DataFrame(rows).query("batch == @batch")
         medians = done.groupby("defense", sort=False)["cpu_s"].median()
-        print(f"{shape} batch {batch}, median CPU seconds: "
+        print(f"{shape.name} batch {batch}, median CPU seconds: "
               + ", ".join(f"{name} {value:.4f}" for name, value in medians.items()), flush=True)
     return rows
 
@@ -105,6 +138,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cifar", action="store_true", help="also the digits at 3x32x32")
+    parser.add_argument("--lfw", action="store_true",
+                        help="also Table 1's setting: LFW's CNN on 3x62x47 stand-in images")
     parser.add_argument("--feature-size", type=int, default=256)
     parser.add_argument("--zoo-size", type=int, default=20)
     parser.add_argument("--zoo-epochs", type=int, default=2)
@@ -113,8 +148,7 @@ def main() -> None:
     if args.repeats < 1 or min(args.batches) < 1:
         parser.error("--repeats and --batches must be at least 1")
     torch.set_num_threads(args.threads)
-    shapes = [("digits 1x16x16", 1, 16)] + ([("digits 3x32x32", 3, 32)] if args.cifar else [])
-    times = pd.DataFrame([row for shape in shapes for row in time_shape(*shape, args)])
+    times = pd.DataFrame([row for shape in shapes(args) for row in time_shape(shape, args)])
     summary = summarise(times)
     pd.set_option("display.width", 200)
     print(f"\nseconds per client update, {args.threads} thread(s), {args.repeats} repeats "
