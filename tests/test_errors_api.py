@@ -77,12 +77,17 @@ def observe(lenet, **overrides):
     (lambda g: {"batch_size": 0}, ValueError, ["batch_size", ">= 1", "got 0"]),
     (lambda g: {"batch_size": 1.0}, ValueError, ["batch_size", "integer", "1.0"]),
     (lambda g: {"labels": torch.tensor([1, 2])}, ValueError, ["labels", "(1,)", "(2,)"]),
+    (lambda g: {"labels": torch.tensor([12])}, ValueError,
+     ["labels must be class indices in [0, 10)", "LeNet's 10 outputs", "[12]"]),
+    (lambda g: {"labels": torch.tensor([3.0])}, TypeError,
+     ["labels must be an integer torch.Tensor", "torch.float32", "labels=None"]),
     (lambda g: {"input_shape": (1, 16)}, ValueError, ["input_shape", "(C, H, W)", "(1, 16)"]),
     (lambda g: {"input_shape": (3, 32, 32)}, ValueError,
      ["input_shape (3, 32, 32)", "LeNet takes (1, 16, 16)", "pass input_shape=(1, 16, 16)"]),
     (lambda g: {"model": "lenet"}, TypeError, ["model must be a torch.nn.Module", "str"]),
 ], ids=["gradient_list", "gradient_numpy", "gradient_missing_key", "gradient_wrong_shape",
-        "batch_zero", "batch_float", "labels_shape", "input_shape_2d", "input_shape_channels",
+        "batch_zero", "batch_float", "labels_shape", "labels_beyond_the_classes",
+        "labels_float", "input_shape_2d", "input_shape_channels",
         "model_not_a_module"])
 def test_observation_names_argument_value_and_expectation(lenet, overrides, error, parts):
     with pytest.raises(error) as raised:

@@ -160,9 +160,26 @@ class Observation:
                              f"{self.input_shape[0]} channels but "
                              f"{type(self.model).__name__} takes {tuple(own)}; pass "
                              f"input_shape={tuple(own)} or leave it out")
-        if self.labels is not None and tuple(self.labels.shape) != (self.batch_size,):
+        if self.labels is not None:
+            self._check_labels()
+
+    def _check_labels(self) -> None:
+        if not isinstance(self.labels, torch.Tensor) or self.labels.is_floating_point() \
+                or self.labels.is_complex():
+            raise TypeError(f"Observation labels must be an integer torch.Tensor of "
+                            f"{self.batch_size} class indices, got "
+                            f"{getattr(self.labels, 'dtype', type(self.labels).__name__)}; "
+                            f"pass torch.tensor([...]) or labels=None to infer them")
+        if tuple(self.labels.shape) != (self.batch_size,):
             raise ValueError(f"Observation labels must have shape ({self.batch_size},), "
                              f"got {tuple(self.labels.shape)}")
+        classes = next((p.shape[0] for p in reversed(list(self.model.parameters()))
+                        if p.ndim == 2), None)
+        if classes is not None and len(self.labels) and (
+                int(self.labels.min()) < 0 or int(self.labels.max()) >= classes):
+            raise ValueError(f"Observation labels must be class indices in [0, {classes}) "
+                             f"for {type(self.model).__name__}'s {classes} outputs, got "
+                             f"{self.labels.tolist()}")
 
     @property
     def device(self) -> torch.device:
