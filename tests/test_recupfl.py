@@ -311,7 +311,7 @@ def test_pseudo_gradient_is_the_update_perturbed(setup):
 def test_invalid_parameters_and_contexts_fail_clearly(setup):
     zoo = setup["zoo"]
     defaults = dict(iterations=1, models=2, attributes=None, gamma=None, variant="meta",
-                    momentum=0.9)
+                    momentum=0.9, zoo_models=None)
     with pytest.raises(ValueError, match="epsilon must be >= 0, got -0.1"):
         RecUPFL(zoo=zoo, epsilon=-0.1, **defaults)
     with pytest.raises(ValueError, match="'epsilon': -0.1 is less than the minimum of 0"):
@@ -347,8 +347,7 @@ def test_zoo_models_uses_the_first_models_of_each_attribute(setup):
     with pytest.raises(ValueError, match=r"zoo_models is 7 .* \{'ink': 6, 'top': 6\}"):
         recupfl(setup, zoo_models=7)
     with pytest.raises(ValueError, match="zoo_models must be a positive integer or null, got 0"):
-        RecUPFL(zoo=setup["zoo"], epsilon=0.1, iterations=1, models=2, attributes=None,
-                gamma=None, variant="meta", momentum=0.9, zoo_models=0)
+        RecUPFL.first_models(setup["zoo"], 0)
 
 
 def test_majority_value_is_the_batch_label(setup):

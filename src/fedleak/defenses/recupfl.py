@@ -96,7 +96,7 @@ class RecUPFL(Defense):
 
     def __init__(self, *, zoo: ModelZoo, epsilon: float, iterations: int, models: int,
                  attributes: Sequence[str] | None, gamma: Sequence[float] | None,
-                 variant: str, momentum: float, zoo_models: int | None = None) -> None:
+                 variant: str, momentum: float, zoo_models: int | None) -> None:
         if not isinstance(zoo, ModelZoo):
             raise ValueError(f"recupfl needs zoo=, a ModelZoo (fedleak.adversaries.load_zoo), "
                              f"got {type(zoo).__name__}")
