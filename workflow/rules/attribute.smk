@@ -5,21 +5,21 @@ rule train_zoo:
         data=case_data,
         checkpoint=zoo_checkpoint,
     output:
-        paths.zoo_file(RESULTS, "{case}", "{round}"),
+        paths.zoo_file(RESULTS, "{case}", "{seed}", "{round}"),
     params:
         spec=config["attribute"],
         config=CONFIG_JSON,
     log:
-        paths.log(RESULTS, "train_zoo", "{case}", "round{round}"),
+        paths.log(RESULTS, "train_zoo", "{case}", "seed{seed}", "round{round}"),
     benchmark:
-        paths.benchmark(RESULTS, "train_zoo", "{case}", "round{round}")
+        paths.benchmark(RESULTS, "train_zoo", "{case}", "seed{seed}", "round{round}")
     conda:
         "../envs/fedleak.yaml"
     resources:
         **cluster_resources("train_zoo"),
     shell:
         "fedleak train-zoo --config {params.config} --case {wildcards.case}"
-        " --round {wildcards.round} 2>&1 | tee {log}"
+        " --seed {wildcards.seed} --round {wildcards.round} 2>&1 | tee {log}"
 
 
 rule attribute:

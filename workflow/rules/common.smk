@@ -143,8 +143,7 @@ def giml_checkpoint(wildcards):
 
 
 def zoo_checkpoint(wildcards):
-    return paths.checkpoint(RESULTS, wildcards.case, plan.NONE, config["fl"]["seeds"][0],
-                            wildcards.round)
+    return paths.checkpoint(RESULTS, wildcards.case, plan.NONE, wildcards.seed, wildcards.round)
 
 
 def attribute_fl_metrics(wildcards):

@@ -91,12 +91,13 @@ def _giml(job: Job) -> Path:
 
 
 def _zoo_files(job: Job) -> list[Path]:
-    return [paths.zoo_file(job.results, job.case, r) for r in job.config["attribute"]["rounds"]]
+    return [paths.zoo_file(job.results, job.case, job.seed, r)
+            for r in job.config["attribute"]["rounds"]]
 
 
 def _zoo(job: Job) -> adversaries.ModelZoo:
     round_ = job.config["attribute"]["rounds"][0] if job.zoo_round is None else job.zoo_round
-    return adversaries.load_zoo(paths.zoo_file(job.results, job.case, round_))
+    return adversaries.load_zoo(paths.zoo_file(job.results, job.case, job.seed, round_))
 
 
 KINDS: dict[str, Kind] = {

@@ -41,14 +41,15 @@ def _d_train(config: dict, job: Job) -> data.ImageData:
     return public.subset(torch.from_numpy(np.sort(order[:count])))
 
 
-def train_zoo(config: dict, results: Path, case: str, round_: int) -> None:
+def train_zoo(config: dict, results: Path, case: str, seed: int, round_: int) -> None:
     """The model zoo of ``case`` at ``round_``: ``attribute.zoo_size`` defender models per
-    attribute on clean gradient features of D_train under the undefended model."""
+    attribute on clean gradient features of D_train under the undefended model of
+    ``seed``."""
     spec = config["attribute"]
     names = plan.attributes(config, case)
     if not names:
         raise ValueError(f"case {case!r} has no sensitive attributes to train a zoo for")
-    job = Job(config, results, case, plan.NONE, config["fl"]["seeds"][0])
+    job = Job(config, results, case, plan.NONE, seed)
     seed_everything(spec["seed"], config["threads"])
     d_train = _d_train(config, job)
     model = model_at(job, d_train, paths.checkpoint(results, case, plan.NONE, job.seed, round_))
@@ -57,8 +58,9 @@ def train_zoo(config: dict, results: Path, case: str, round_: int) -> None:
                              {a: data.attribute_classes(job.data_dir)[a] for a in names},
                              size=spec["zoo_size"],
                              epochs=spec["zoo_epochs"], lr=spec["zoo_lr"], seed=spec["seed"])
-    save_zoo(paths.zoo_file(results, case, round_), zoo)
-    print(f"zoo {case} round {round_}: {spec['zoo_size']} models x {names}", file=sys.stderr)
+    save_zoo(paths.zoo_file(results, case, seed, round_), zoo)
+    print(f"zoo {case} seed {seed} round {round_}: {spec['zoo_size']} models x {names}",
+          file=sys.stderr)
 
 
 def _majority(values: torch.Tensor) -> int:

@@ -42,9 +42,10 @@ def checkpoint(results: Path, case: str, setting: Part, seed: Part, round_: Part
     return fl_dir(results, case, setting, seed) / f"round{round_}.pt"
 
 
-def zoo_file(results: Path, case: str, round_: Part) -> Path:
-    """RecUP-FL's model zoo of one case, trained on gradients of the model at ``round_``."""
-    return Path(results) / "zoo" / case / f"round{round_}.pt"
+def zoo_file(results: Path, case: str, seed: Part, round_: Part) -> Path:
+    """RecUP-FL's model zoo of one case, trained on gradients of the undefended model of
+    ``seed`` at ``round_`` (each seed initialises its own model)."""
+    return Path(results) / "zoo" / case / f"seed{seed}" / f"round{round_}.pt"
 
 
 def attribute_metrics(results: Path, case: str, setting: Part, seed: Part) -> Path:

@@ -390,7 +390,8 @@ def outputs(config: dict, results: Path) -> dict[str, list[Path]]:
         if "evalnet" in kinds:
             out["evalnet"].append(paths.evalnet_file(results, job.dataset))
         if "model_zoo" in kinds:
-            out["zoo"] += [paths.zoo_file(results, case, r) for r in config["attribute"]["rounds"]]
+            out["zoo"] += [paths.zoo_file(results, case, seed, r) for seed in config["fl"]["seeds"]
+                           for r in config["attribute"]["rounds"]]
     out["attribute"] = [paths.attribute_metrics(results, case, setting, seed)
                         for case, setting in plan.attribute_jobs(config)
                         for seed in config["fl"]["seeds"]]
