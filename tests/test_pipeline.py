@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO, commands, readme_block
 
 PROJECT_FILES = ["Snakefile", "dvc.yaml", "params.yaml", ".dvcignore", "matplotlibrc",
@@ -78,6 +79,10 @@ def test_two_clean_runs_are_byte_identical_and_the_html_report_captions_every_fi
         (second / "results" / "report.md").read_text()
     assert (first / "results" / "gan" / "digits.png").is_file()
     assert (first / "results" / "tables" / "timing.csv").is_file()
+    initial = [torch.load(f, weights_only=True)
+               for f in sorted((first / "results" / "fl").glob("*/*/seed0/round0.pt"))]
+    assert len(initial) >= 4  # none, RecUP-FL and Refiner among them: every setting starts alike
+    assert all(torch.equal(w[k], initial[0][k]) for w in initial for k in w)
     assert sorted(p.name for p in (first / "results" / "logs").iterdir()) == [
         "aggregate", "attack", "attribute", "fl_run", "prepare_data", "train_evalnet",
         "train_gan", "train_giml", "train_zoo"]

@@ -160,11 +160,13 @@ def run_fl(config: dict, results: Path, case: str, setting: Setting, seed: int) 
     seed_everything(seeds["init"], config["threads"])
     train = data.load_prepared(job.data_dir, "train")
     test = data.load_prepared(job.data_dir, "test")
+    # the model first: every setting of one seed starts from the same weights, whatever
+    # its defense draws while it is built (RecUP-FL's zoo, Refiner's network)
+    model = build_model(job.spec, train)
     defense = build_defense(job)
     part = job.spec["partition"]
     shards = data.partition(train.y.numpy(), part["kind"], part["clients"],
                             np.random.default_rng(seeds["partition"]), part.get("alpha"))
-    model = build_model(job.spec, train)
     rounds = set(plan.checkpoint_rounds(config))
 
     diverged: list[int] = []  # the first round that starts from non-finite weights
