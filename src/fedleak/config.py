@@ -418,9 +418,9 @@ def _validate_combinations(config: dict) -> None:
         raise ConfigError(f"invalid config: 'attack.round': {config['attack']['round']} is after "
                           f"the last FL round ('fl.rounds' {config['fl']['rounds']}); expected "
                           f"0..{config['fl']['rounds']}")
+    zoo = config["attribute"]["zoo_size"]
     for label, entry in config["defenses"].items():
         params = entry.get("params") or {}
-        zoo = config["attribute"]["zoo_size"]
         if entry.get("defense", label) == "recupfl" and (params.get("zoo_models") or 0) > zoo:
             raise ConfigError(f"invalid config: 'defenses.{label}.params.zoo_models': "
                               f"{params['zoo_models']} models, but the zoo holds "
