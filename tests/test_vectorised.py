@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from fedleak import attacks, defenses
-from fedleak.attacks.optimization import optimize_vectorised
+from fedleak.attacks import inverting_gradients
+from fedleak.attacks.objectives import DISTANCES, STACKED_DISTANCES
+from fedleak.attacks.optimization import functional_model, optimize_vectorised
 from fedleak.models import LeNet, ResNet
 
 SEED = 11
@@ -24,9 +26,9 @@ def lenet(channels: int = 1, seed: int = 0) -> LeNet:
     return model
 
 
-def resnet10(seed: int = 0) -> ResNet:
-    """A narrow ResNet-10 (width 8, 1 channel) with weights drawn from a seeded generator."""
-    model = ResNet(10, 1, 10, 32, width=8)
+def resnet10(seed: int = 0, width: int = 8) -> ResNet:
+    """A ResNet-10 (narrow by default, 1 channel) with weights drawn from a seeded generator."""
+    model = ResNet(10, 1, 10, 32, width=width)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -137,17 +139,59 @@ def test_batchnorm_in_training_mode_uses_batch_statistics_like_the_loop(digits):
     assert max_diff(vectorised, loop) <= 1e-5
 
 
-def test_reconstruct_all_loops_where_batch_statistics_made_vmap_slower(digits):
-    """BatchNorm in training mode: the engine takes the per-victim loop (measured faster
-    on ResNet-18), whose results are the loop's, bit for bit."""
-    model = resnet10().train()
+@pytest.mark.parametrize("width", [8, 64])
+def test_reconstruct_all_vectorises_batchnorm_models_like_the_loop(digits, width):
+    """BatchNorm in training mode: the engine vectorises it (measured faster than the loop
+    on ResNet-18) and reconstructs what the loop does; at width 64 through unfolded
+    convolutions."""
+    model = resnet10(width=width).train()
     observations = observe(model, digits.x[:2], digits.y[:2])
     params = {"iterations": 4, "restarts": 2}
     chosen = attacks.reconstruct_all(
         attacks.build("inverting_gradients", seed=SEED, **params), observations)
     loop = per_victim("inverting_gradients", observations, **params)
-    assert not any("vectorised_problems" in r.extra for r in chosen)
-    assert max_diff(chosen, loop) == 0
+    assert all(r.extra["vectorised_problems"] == 4 for r in chosen)
+    assert max_diff(chosen, loop) <= 1e-5
+
+
+@pytest.mark.parametrize("distance", sorted(STACKED_DISTANCES))
+def test_stacked_distances_and_their_cotangents_match_autograd(distance):
+    """Each problem's value is the distance's own, and the trial gradients are overwritten
+    with d distance / d trial, as autograd computes it."""
+    gen = torch.Generator().manual_seed(3)
+    trial = [torch.randn(4, 5, 3, generator=gen, dtype=torch.float64),
+             torch.randn(4, 7, generator=gen, dtype=torch.float64)]
+    target = [torch.randn(4, 5, 3, generator=gen, dtype=torch.float64),
+              torch.randn(4, 7, generator=gen, dtype=torch.float64)]
+    expected_values, expected_cotangents = [], []
+    for p in range(4):
+        own = [t[p].clone().requires_grad_(True) for t in trial]
+        value = DISTANCES[distance](own, [t[p] for t in target])
+        expected_values.append(value.detach())
+        expected_cotangents.append(torch.autograd.grad(value, own))
+    cotangent = [t.clone() for t in trial]
+    values = STACKED_DISTANCES[distance](cotangent, target)
+    assert torch.allclose(values, torch.stack(expected_values), rtol=1e-12)
+    for layer, got in enumerate(cotangent):
+        want = torch.stack([expected[layer] for expected in expected_cotangents])
+        assert torch.allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_functional_model_computes_the_training_forward_with_shared_parameters():
+    """Batch statistics and unfolded convolutions give the model's own training-mode
+    output, use its parameter tensors (not copies) and leave its running statistics alone."""
+    model = ResNet(10, 1, 10, 32, width=64).train()
+    functional = functional_model(model)
+    kinds = {type(m).__name__ for m in functional.modules()}
+    assert {"BatchStatisticsNorm", "UnfoldConv2d"} <= kinds and "BatchNorm2d" not in kinds
+    assert all(a is b for a, b in zip(functional.parameters(), model.parameters()))
+    x = torch.rand(3, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    out = functional(x)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert torch.allclose(out, model(x), rtol=1e-4, atol=1e-5)
+    narrow = lenet()  # 12 channels, no BatchNorm: called as it is
+    assert functional_model(narrow) is narrow
 
 
 def test_a_diverging_problem_is_frozen_without_touching_the_others(digit_batch):
@@ -212,3 +256,20 @@ def test_same_seed_same_bytes_batched_and_looped(digit_batch):
     for run, again in zip(first, second):
         assert max_diff(run, again) == 0
         assert [r.loss_trace for r in run] == [r.loss_trace for r in again]
+
+
+def test_victims_go_in_chunks_of_bounded_size_with_the_same_results(digit_batch, monkeypatch):
+    """A bound of one victim's problems per step gives chunks of one victim, each with its
+    own seed, and reconstructs what one stacked step does."""
+    observations = observe(lenet(), *digit_batch)
+    params = {"iterations": 20, "tv": 0.1, "restarts": 2}
+    whole = attacks.build("inverting_gradients", seed=SEED, **params) \
+        .reconstruct_many(observations)
+    entries = sum(p.numel() for p in observations[0].model.parameters()) * 2
+    monkeypatch.setattr(inverting_gradients, "STACKED_ENTRIES", entries)
+    chunked = attacks.build("inverting_gradients", seed=SEED, **params) \
+        .reconstruct_many(observations)
+    assert [r.extra["vectorised_problems"] for r in whole] == [6, 6, 6]
+    assert [r.extra["vectorised_problems"] for r in chunked] == [2, 2, 2]
+    assert max_diff(chunked, whole) <= 1e-6
+    assert [r.restart for r in chunked] == [r.restart for r in whole]

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
 
-from fedleak.attacks.bn_statistics import batchnorm_layers
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.types import Observation
 from fedleak.utils.registry import Registry
@@ -54,10 +53,11 @@ def reconstruct_all(attack: Attack, observations: list[Observation],
     Victim v is attacked with seed ``attack.seed + v`` (when the attack has a ``seed``),
     as if built with that seed on its own. ``attack.reconstruct_many`` runs all victims
     at once when the attack has it and the problems vectorise: one model object, the
-    same batch size and input shape, Adam, no stopper, no snapshots, no BatchNorm layer
-    in training mode (where the loop measured faster). Otherwise (L-BFGS attacks such
-    as DLG/iDLG, stoppers, CMA-ES, ResNets) each victim is attacked in turn with
-    ``attack(obs)``, with a progress bar (per victim, with an ETA) labelled ``progress``.
+    same batch size and input shape, Adam, no stopper, no snapshots, more than one
+    problem (one problem loops faster), with a progress bar over victims (per chunk of
+    victims stacked together). Otherwise (L-BFGS attacks such as DLG/iDLG, stoppers,
+    CMA-ES, generator attacks) each victim is attacked in turn with ``attack(obs)``, with
+    a progress bar (per victim, with an ETA) labelled ``progress``.
     ``snapshots`` asks for the reconstructions at those iterations (attacks whose
     ``__call__`` takes ``snapshots``; ValueError for the others).
     """
@@ -74,12 +74,9 @@ def reconstruct_all(attack: Attack, observations: list[Observation],
         and getattr(attack, "stopper", None) is None
         and getattr(attack, "optimizer", "adam") == "adam"
         and all(obs.model is first.model and obs.batch_size == first.batch_size
-                and obs.input_shape == first.input_shape for obs in observations)
-        # Measured (benchmarks/attack_throughput.py): with BatchNorm batch statistics the
-        # vmap-ed path runs at 0.44x the loop on ResNet-18 (CPU), so such models loop.
-        and not any(layer.training for layer in batchnorm_layers(first.model)))
+                and obs.input_shape == first.input_shape for obs in observations))
     if vectorisable:
-        return attack.reconstruct_many(observations)
+        return attack.reconstruct_many(observations, progress=progress)
     extra = {"snapshots": snapshots} if snapshots else {}
     victims = tqdm(list(enumerate(observations)), desc=progress, unit="victim",
                    disable=progress is None, leave=False)

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Collection
 
 import torch
+from tqdm import tqdm
 
 from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
@@ -33,6 +34,10 @@ from fedleak.attacks.optimization import (
 from fedleak.types import Observation, Update
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
+# Trial-gradient entries stacked in one vectorised step (victims x restarts x parameters):
+# 2**26 floats are 256 MB a copy, and a step holds a few copies; on ResNet-18 chunks of 6
+# problems ran 1.1x chunks of 12 and 1.3x chunks of 3 (CPU, 2 threads).
+STACKED_ENTRIES = 2**26
 
 
 @register("inverting_gradients")
@@ -72,12 +77,16 @@ class InvertingGradients:
                               best.iterations, seconds, best.stop_reason, restart=index,
                               snapshots=best.snapshots)
 
-    def reconstruct_many(self, observations: list[Observation]) -> list[Reconstruction]:
-        """One Reconstruction per observation, all victims x restarts optimised together.
+    def reconstruct_many(self, observations: list[Observation], progress: str | None = None
+                         ) -> list[Reconstruction]:
+        """One Reconstruction per observation, victims x restarts optimised together.
 
         The observations must share the model object, batch size and input shape; victim v
-        uses seed ``self.seed + v``. Every problem runs all iterations (no stopper);
-        ``wall_time`` is the victim's share of the whole run.
+        uses seed ``self.seed + v``. Every problem runs all iterations (no stopper). The
+        victims go in chunks of at most :data:`STACKED_ENTRIES` trial-gradient entries
+        (victims x restarts x parameters; ResNet-18 with 8 restarts: one victim a chunk),
+        with a progress bar over victims labelled ``progress``; ``wall_time`` is the
+        victim's share of its chunk.
         """
         if not observations:
             raise ValueError("reconstruct_many needs at least one observation, got none")
@@ -93,11 +102,24 @@ class InvertingGradients:
                 raise ValueError(f"observation {v} has batch_size {obs.batch_size} and "
                                  f"input_shape {obs.input_shape}; expected {first.batch_size} "
                                  f"and {first.input_shape} like observation 0")
+        entries = sum(p.numel() for p in first.model.parameters()) * self.restarts
+        chunk = max(1, STACKED_ENTRIES // entries)
+        out: list[Reconstruction] = []
+        with tqdm(total=len(observations), desc=progress, unit="victim",
+                  disable=progress is None, leave=False) as bar:
+            for begin in range(0, len(observations), chunk):
+                out += self._stacked(observations[begin:begin + chunk], begin)
+                bar.update(len(observations[begin:begin + chunk]))
+        return out
+
+    def _stacked(self, observations: list[Observation], offset: int) -> list[Reconstruction]:
+        """Victims ``offset``, ``offset + 1``, ... as one stacked problem."""
         start = time.perf_counter()
+        first = observations[0]
         shape = (first.batch_size, *first.input_shape)
 
         def starts(v: int, obs: Observation) -> torch.Tensor:
-            rng = torch.Generator().manual_seed(self.seed + v)  # as the per-victim path
+            rng = torch.Generator().manual_seed(self.seed + offset + v)  # as the loop
             return torch.stack([obs.randn(shape, rng) for _ in range(self.restarts)])
 
         images = torch.stack([starts(v, obs) for v, obs in enumerate(observations)])
@@ -111,7 +133,7 @@ class InvertingGradients:
                                   signed=self.signed, milestones=MILESTONES, boxed=self.boxed)
         best = run.best_restart()
         chosen = run.images[torch.arange(len(observations), device=best.device), best]
-        # the one host sync of the run
+        # the one host sync of the chunk
         trace, counts, diverged, best = (t.cpu() for t in (run.loss_trace, run.iterations,
                                                             run.diverged, best))
         share = (time.perf_counter() - start) / len(observations)

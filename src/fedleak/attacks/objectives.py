@@ -15,6 +15,11 @@ Regularisers ``(candidate) -> penalty`` of a :class:`Candidate`:
 The priors of one paper (GradInversion's per-pixel image norm, BatchNorm statistics and
 group consistency; GIAS's BatchNorm term) stay with the attack that introduced them,
 which adds them to the composed loss.
+
+``STACKED_DISTANCES`` give the same distances for P problems at once (every tensor (P,
+...)) together with their cotangent, d distance / d trial in closed form, written over the
+trial gradients in place: the vectorised engine pulls it back through the trial gradients
+once, instead of differentiating the distance's own graph over every gradient entry.
 """
 
 from __future__ import annotations
@@ -44,6 +49,50 @@ def ggl_distance(trial: Gradients, target: Gradients) -> torch.Tensor:
 
 DISTANCES: dict[str, Callable[[Gradients, Gradients], torch.Tensor]] = {
     "l2": l2_distance, "cosine": cosine_distance, "ggl": ggl_distance}
+
+
+def _rowwise_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(P,) <a[p], b[p]> of two (P, ...) tensors, one BLAS dot per problem (no temporary)."""
+    return torch.stack([torch.dot(x, y) for x, y in zip(a.flatten(1), b.flatten(1))])
+
+
+def _per_problem(scale: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return scale.view(-1, *(1,) * (like.ndim - 1))
+
+
+def stacked_l2(trial: list[torch.Tensor], target: Gradients) -> torch.Tensor:
+    """(P,) squared L2 distances; ``trial`` becomes the cotangent 2 (trial - target)."""
+    for a, b in zip(trial, target):
+        a.sub_(b)
+    loss = sum(_rowwise_dot(a, a) for a in trial)
+    for a in trial:
+        a.mul_(2)
+    return loss
+
+
+def stacked_ggl(trial: list[torch.Tensor], target: Gradients) -> torch.Tensor:
+    """(P,) GGL distances (L2 / number of layers); ``trial`` becomes their cotangent."""
+    loss = stacked_l2(trial, target) / len(target)
+    for a in trial:
+        a.div_(len(target))
+    return loss
+
+
+def stacked_cosine(trial: list[torch.Tensor], target: Gradients) -> torch.Tensor:
+    """(P,) cosine distances; ``trial`` becomes the cotangent
+    -target / (|g| |t|) + <g, t> g / (|g|^3 |t|), for g = trial, t = target."""
+    dot = sum(_rowwise_dot(a, b) for a, b in zip(trial, target))
+    trial_norm = sum(_rowwise_dot(a, a) for a in trial).sqrt()
+    target_norm = sum(_rowwise_dot(b, b) for b in target).sqrt()
+    denominator = trial_norm * target_norm + 1e-12
+    ratio = -dot * target_norm / (trial_norm * denominator)
+    for a, b in zip(trial, target):
+        torch.addcmul(b, a, _per_problem(ratio, a), out=a).mul_(_per_problem(-1 / denominator, a))
+    return 1 - dot / denominator
+
+
+STACKED_DISTANCES: dict[str, Callable[[list[torch.Tensor], Gradients], torch.Tensor]] = {
+    "l2": stacked_l2, "cosine": stacked_cosine, "ggl": stacked_ggl}
 
 
 @dataclass
@@ -82,23 +131,44 @@ REGULARIZERS: dict[str, Callable[[Candidate], torch.Tensor]] = {
 Objective = Callable[[Gradients, Gradients, Candidate], torch.Tensor]
 
 
-def compose(distance: str, weights: Mapping[str, float] | None = None) -> Objective:
-    """``distance(trial, target) + sum of weight * regulariser(candidate)``, in the order of
-    ``weights``: regulariser name -> weight."""
+def check_distance(distance: str) -> None:
     if distance not in DISTANCES:
         raise ValueError(f"distance must be one of {sorted(DISTANCES)}, got {distance!r}")
+
+
+def _terms(weights: Mapping[str, float] | None) -> list[tuple[Callable, float]]:
     weights = dict(weights or {})
     unknown = sorted(set(weights) - set(REGULARIZERS))
     if unknown:
         raise ValueError(f"unknown regulariser(s) {unknown}; expected some of "
                          f"{sorted(REGULARIZERS)}")
-    measure = DISTANCES[distance]
-    terms = [(REGULARIZERS[name], weight) for name, weight in weights.items()]
+    return [(REGULARIZERS[name], weight) for name, weight in weights.items()]
+
+
+def _add_terms(loss: torch.Tensor, terms: list[tuple[Callable, float]],
+               candidate: Candidate) -> torch.Tensor:
+    for regularizer, weight in terms:
+        loss = loss + weight * regularizer(candidate)
+    return loss
+
+
+def compose(distance: str, weights: Mapping[str, float] | None = None) -> Objective:
+    """``distance(trial, target) + sum of weight * regulariser(candidate)``, in the order of
+    ``weights``: regulariser name -> weight."""
+    check_distance(distance)
+    measure, terms = DISTANCES[distance], _terms(weights)
 
     def objective(trial: Gradients, target: Gradients, candidate: Candidate) -> torch.Tensor:
-        loss = measure(trial, target)
-        for regularizer, weight in terms:
-            loss = loss + weight * regularizer(candidate)
-        return loss
+        return _add_terms(measure(trial, target), terms, candidate)
 
     return objective
+
+
+def penalty(weights: Mapping[str, float] | None) -> Callable[[Candidate], torch.Tensor]:
+    """``sum of weight * regulariser(candidate)``, the regularisers of :func:`compose`."""
+    terms = _terms(weights)
+
+    def total(candidate: Candidate) -> torch.Tensor:
+        return _add_terms(candidate.images.new_zeros(()), terms, candidate)
+
+    return total
