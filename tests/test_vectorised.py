@@ -1,4 +1,4 @@
-"""The vectorised attack engine (torch.func vmap over victims x restarts) reproduces the
+"""The vectorised attack engine (victims x restarts stacked as one batch) reproduces the
 per-victim loop: Inverting Gradients (Geiping et al., NeurIPS 2020, Eq. 4) on real digits."""
 
 from __future__ import annotations
@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from fedleak import attacks, defenses
-from fedleak.attacks import inverting_gradients
-from fedleak.attacks.objectives import DISTANCES, STACKED_DISTANCES
-from fedleak.attacks.optimization import functional_model, optimize_vectorised
+from fedleak.attacks import stacked_gradients
+from fedleak.attacks.objectives import DISTANCES, RESIDUAL_DISTANCES, STACKED_DISTANCES
+from fedleak.attacks.optimization import optimize_vectorised
+from fedleak.attacks.stacked_gradients import StackedModel, unsupported
 from fedleak.models import LeNet, ResNet
+from fedleak.types import Update
 
 SEED = 11
 
@@ -142,8 +144,7 @@ def test_batchnorm_in_training_mode_uses_batch_statistics_like_the_loop(digits):
 @pytest.mark.parametrize("width", [8, 64])
 def test_reconstruct_all_vectorises_batchnorm_models_like_the_loop(digits, width):
     """BatchNorm in training mode: the engine vectorises it (measured faster than the loop
-    on ResNet-18) and reconstructs what the loop does; at width 64 through unfolded
-    convolutions."""
+    on ResNet-18) and reconstructs what the loop does; at width 64 through the Gram form."""
     model = resnet10(width=width).train()
     observations = observe(model, digits.x[:2], digits.y[:2])
     params = {"iterations": 4, "restarts": 2}
@@ -155,43 +156,61 @@ def test_reconstruct_all_vectorises_batchnorm_models_like_the_loop(digits, width
 
 
 @pytest.mark.parametrize("distance", sorted(STACKED_DISTANCES))
-def test_stacked_distances_and_their_cotangents_match_autograd(distance):
-    """Each problem's value is the distance's own, and the trial gradients are overwritten
-    with d distance / d trial, as autograd computes it."""
-    gen = torch.Generator().manual_seed(3)
-    trial = [torch.randn(4, 5, 3, generator=gen, dtype=torch.float64),
-             torch.randn(4, 7, generator=gen, dtype=torch.float64)]
-    target = [torch.randn(4, 5, 3, generator=gen, dtype=torch.float64),
-              torch.randn(4, 7, generator=gen, dtype=torch.float64)]
-    expected_values, expected_cotangents = [], []
+@pytest.mark.parametrize("network", ["lenet", "resnet10"])
+def test_stacked_distances_and_image_gradients_match_autograd_per_problem(
+        network, distance, float64):
+    """2 victims x 2 restarts, batches of 2: each problem's distance and its gradient with
+    respect to its images are what autograd computes from that problem's own trial
+    gradient (BatchNorm in training mode; at width 64 the deep stages take the Gram form)."""
+    gen = torch.Generator().manual_seed(4)
+    model = (lenet(channels=1) if network == "lenet" else resnet10(width=64)).double().train()
+    names = [n for n, _ in model.named_parameters()]
+    images = torch.rand(4, 2, 1, 32, 32, generator=gen)
+    labels = torch.randint(0, 10, (4, 2), generator=gen)
+    victims = [Update.of(model, torch.rand(2, 1, 32, 32, generator=gen), labels[2 * v])
+               for v in range(2)]
+    targets = {n: torch.stack([g[n] for g in victims]) for n in names}
+    expected_values, expected_gradients = [], []
     for p in range(4):
-        own = [t[p].clone().requires_grad_(True) for t in trial]
-        value = DISTANCES[distance](own, [t[p] for t in target])
+        x = images[p].clone().requires_grad_(True)
+        trial = Update.of(model, x, labels[p], create_graph=True)
+        value = DISTANCES[distance]([trial[n] for n in names], [victims[p // 2][n] for n in names])
         expected_values.append(value.detach())
-        expected_cotangents.append(torch.autograd.grad(value, own))
-    cotangent = [t.clone() for t in trial]
-    values = STACKED_DISTANCES[distance](cotangent, target)
-    assert torch.allclose(values, torch.stack(expected_values), rtol=1e-12)
-    for layer, got in enumerate(cotangent):
-        want = torch.stack([expected[layer] for expected in expected_cotangents])
-        assert torch.allclose(got, want, rtol=1e-10, atol=1e-12)
+        expected_gradients.append(torch.autograd.grad(value, x)[0])
+    stacked = StackedModel(model)
+    x = images.clone().requires_grad_(True)
+    values = STACKED_DISTANCES[distance](
+        stacked.products(x, labels, targets, distance in RESIDUAL_DISTANCES))
+    (gradients,) = torch.autograd.grad(values.sum(), x)
+    assert torch.allclose(values, torch.stack(expected_values), rtol=1e-10, atol=1e-12)
+    assert torch.allclose(gradients, torch.stack(expected_gradients), rtol=1e-8, atol=1e-12)
 
 
-def test_functional_model_computes_the_training_forward_with_shared_parameters():
-    """Batch statistics and unfolded convolutions give the model's own training-mode
-    output, use its parameter tensors (not copies) and leave its running statistics alone."""
+def test_stacked_model_shares_parameters_and_leaves_running_statistics_alone():
+    """Per-problem batch statistics and parameter copies give each problem the model's own
+    training-mode output; ``model``'s parameters and running statistics are not written."""
     model = ResNet(10, 1, 10, 32, width=64).train()
-    functional = functional_model(model)
-    kinds = {type(m).__name__ for m in functional.modules()}
-    assert {"BatchStatisticsNorm", "UnfoldConv2d"} <= kinds and "BatchNorm2d" not in kinds
-    assert all(a is b for a, b in zip(functional.parameters(), model.parameters()))
-    x = torch.rand(3, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+    x = torch.rand(3, 2, 1, 32, 32, generator=torch.Generator().manual_seed(0))
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    out = functional(x)
+    out = StackedModel(model)._forward(x, 3).unflatten(0, (3, 2))
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
-    assert torch.allclose(out, model(x), rtol=1e-4, atol=1e-5)
-    narrow = lenet()  # 12 channels, no BatchNorm: called as it is
-    assert functional_model(narrow) is narrow
+    for p in range(3):
+        assert torch.allclose(out[p], model(x[p]), rtol=1e-4, atol=1e-5)
+
+
+def test_models_with_other_parametrised_layers_loop(digit_batch):
+    """A GroupNorm cannot be stacked: StackedModel says which layer, reconstruct_all loops."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.GroupNorm(2, 4),
+                                torch.nn.Flatten(), torch.nn.Linear(4 * 30 * 30, 10))
+    model.input_shape = (1, 32, 32)
+    assert unsupported(model) == ["1 (GroupNorm)"]
+    with pytest.raises(ValueError, match=r"cannot stack problems through 1 \(GroupNorm\)"):
+        StackedModel(model)
+    assert not unsupported(lenet()) and not unsupported(resnet10())
+    observations = observe(model, *digit_batch)[:2]
+    looped = attacks.reconstruct_all(
+        attacks.build("inverting_gradients", seed=SEED, iterations=2), observations)
+    assert all("vectorised_problems" not in r.extra for r in looped)
 
 
 def test_a_diverging_problem_is_frozen_without_touching_the_others(digit_batch):
@@ -265,8 +284,10 @@ def test_victims_go_in_chunks_of_bounded_size_with_the_same_results(digit_batch,
     params = {"iterations": 20, "tv": 0.1, "restarts": 2}
     whole = attacks.build("inverting_gradients", seed=SEED, **params) \
         .reconstruct_many(observations)
-    entries = sum(p.numel() for p in observations[0].model.parameters()) * 2
-    monkeypatch.setattr(inverting_gradients, "STACKED_ENTRIES", entries)
+    probe = torch.zeros(1, 1, 32, 32)
+    largest = StackedModel(observations[0].model).problems_per_step(probe)
+    monkeypatch.setattr(stacked_gradients, "STEP_TENSOR_BYTES",
+                        stacked_gradients.STEP_TENSOR_BYTES * 2 // largest)
     chunked = attacks.build("inverting_gradients", seed=SEED, **params) \
         .reconstruct_many(observations)
     assert [r.extra["vectorised_problems"] for r in whole] == [6, 6, 6]

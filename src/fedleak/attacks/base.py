@@ -15,6 +15,7 @@ import torch
 from tqdm import tqdm
 
 from fedleak.attacks.early_stopping import Stopper
+from fedleak.attacks.stacked_gradients import unsupported
 from fedleak.types import Observation
 from fedleak.utils.registry import Registry
 
@@ -52,7 +53,8 @@ def reconstruct_all(attack: Attack, observations: list[Observation],
 
     Victim v is attacked with seed ``attack.seed + v`` (when the attack has a ``seed``),
     as if built with that seed on its own. ``attack.reconstruct_many`` runs all victims
-    at once when the attack has it and the problems vectorise: one model object, the
+    at once when the attack has it and the problems vectorise: one model object with
+    parameters only in layers ``stacked_gradients`` stacks (Conv2d, Linear, BatchNorm), the
     same batch size and input shape, Adam, no stopper, no snapshots, more than one
     problem (one problem loops faster), with a progress bar over victims (per chunk of
     victims stacked together). Otherwise (L-BFGS attacks such as DLG/iDLG, stoppers,
@@ -73,6 +75,7 @@ def reconstruct_all(attack: Attack, observations: list[Observation],
         and len(observations) * getattr(attack, "restarts", 1) > 1  # one problem: loop is faster
         and getattr(attack, "stopper", None) is None
         and getattr(attack, "optimizer", "adam") == "adam"
+        and not unsupported(first.model)
         and all(obs.model is first.model and obs.batch_size == first.batch_size
                 and obs.input_shape == first.input_shape for obs in observations))
     if vectorisable:

@@ -9,7 +9,7 @@ when the attacker knows them, else the iDLG rule (batch of one). A
 
 ``reconstruct_many`` attacks several victims of one round at once with
 :func:`~fedleak.attacks.optimization.optimize_vectorised` (victims x restarts
-vmapped); victim v draws its restarts from a generator seeded ``seed + v``, so
+as one batch); victim v draws its restarts from a generator seeded ``seed + v``, so
 it starts from the images that ``InvertingGradients(seed=seed + v)(obs)`` does.
 """
 
@@ -31,13 +31,10 @@ from fedleak.attacks.optimization import (
     optimize,
     optimize_vectorised,
 )
+from fedleak.attacks.stacked_gradients import StackedModel
 from fedleak.types import Observation, Update
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
-# Trial-gradient entries stacked in one vectorised step (victims x restarts x parameters):
-# 2**26 floats are 256 MB a copy, and a step holds a few copies; on ResNet-18 chunks of 6
-# problems ran 1.1x chunks of 12 and 1.3x chunks of 3 (CPU, 2 threads).
-STACKED_ENTRIES = 2**26
 
 
 @register("inverting_gradients")
@@ -83,8 +80,8 @@ class InvertingGradients:
 
         The observations must share the model object, batch size and input shape; victim v
         uses seed ``self.seed + v``. Every problem runs all iterations (no stopper). The
-        victims go in chunks of at most :data:`STACKED_ENTRIES` trial-gradient entries
-        (victims x restarts x parameters; ResNet-18 with 8 restarts: one victim a chunk),
+        victims go in chunks of ``StackedModel.problems_per_step`` problems (victims x
+        restarts; ResNet-18 on 32x32 images: 13, so one victim a chunk at 8 restarts),
         with a progress bar over victims labelled ``progress``; ``wall_time`` is the
         victim's share of its chunk.
         """
@@ -102,8 +99,8 @@ class InvertingGradients:
                 raise ValueError(f"observation {v} has batch_size {obs.batch_size} and "
                                  f"input_shape {obs.input_shape}; expected {first.batch_size} "
                                  f"and {first.input_shape} like observation 0")
-        entries = sum(p.numel() for p in first.model.parameters()) * self.restarts
-        chunk = max(1, STACKED_ENTRIES // entries)
+        probe = torch.zeros(first.batch_size, *first.input_shape, device=first.device)
+        chunk = max(1, StackedModel(first.model).problems_per_step(probe) // self.restarts)
         out: list[Reconstruction] = []
         with tqdm(total=len(observations), desc=progress, unit="victim",
                   disable=progress is None, leave=False) as bar:

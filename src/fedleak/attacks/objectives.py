@@ -16,10 +16,9 @@ The priors of one paper (GradInversion's per-pixel image norm, BatchNorm statist
 group consistency; GIAS's BatchNorm term) stay with the attack that introduced them,
 which adds them to the composed loss.
 
-``STACKED_DISTANCES`` give the same distances for P problems at once (every tensor (P,
-...)) together with their cotangent, d distance / d trial in closed form, written over the
-trial gradients in place: the vectorised engine pulls it back through the trial gradients
-once, instead of differentiating the distance's own graph over every gradient entry.
+``STACKED_DISTANCES`` give the same distances for P problems at once from their
+:class:`GradientProducts` (``stacked_gradients`` computes them without forming every
+trial gradient).
 """
 
 from __future__ import annotations
@@ -51,48 +50,31 @@ DISTANCES: dict[str, Callable[[Gradients, Gradients], torch.Tensor]] = {
     "l2": l2_distance, "cosine": cosine_distance, "ggl": ggl_distance}
 
 
-def _rowwise_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """(P,) <a[p], b[p]> of two (P, ...) tensors, one BLAS dot per problem (no temporary)."""
-    return torch.stack([torch.dot(x, y) for x, y in zip(a.flatten(1), b.flatten(1))])
+@dataclass
+class GradientProducts:
+    """What the distances of P stacked problems need (every tensor (P,)): the inner
+    product of each trial gradient with its target, their squared norms, and the summed
+    squared difference (``residual_sq``, computed only for the L2 distances); ``layers``
+    is the number of parameter tensors."""
+
+    dot: torch.Tensor
+    trial_sq: torch.Tensor
+    target_sq: torch.Tensor
+    residual_sq: torch.Tensor
+    layers: int
 
 
-def _per_problem(scale: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    return scale.view(-1, *(1,) * (like.ndim - 1))
+def stacked_cosine(products: GradientProducts) -> torch.Tensor:
+    denominator = products.trial_sq.sqrt() * products.target_sq.sqrt() + 1e-12
+    return 1 - products.dot / denominator
 
 
-def stacked_l2(trial: list[torch.Tensor], target: Gradients) -> torch.Tensor:
-    """(P,) squared L2 distances; ``trial`` becomes the cotangent 2 (trial - target)."""
-    for a, b in zip(trial, target):
-        a.sub_(b)
-    loss = sum(_rowwise_dot(a, a) for a in trial)
-    for a in trial:
-        a.mul_(2)
-    return loss
-
-
-def stacked_ggl(trial: list[torch.Tensor], target: Gradients) -> torch.Tensor:
-    """(P,) GGL distances (L2 / number of layers); ``trial`` becomes their cotangent."""
-    loss = stacked_l2(trial, target) / len(target)
-    for a in trial:
-        a.div_(len(target))
-    return loss
-
-
-def stacked_cosine(trial: list[torch.Tensor], target: Gradients) -> torch.Tensor:
-    """(P,) cosine distances; ``trial`` becomes the cotangent
-    -target / (|g| |t|) + <g, t> g / (|g|^3 |t|), for g = trial, t = target."""
-    dot = sum(_rowwise_dot(a, b) for a, b in zip(trial, target))
-    trial_norm = sum(_rowwise_dot(a, a) for a in trial).sqrt()
-    target_norm = sum(_rowwise_dot(b, b) for b in target).sqrt()
-    denominator = trial_norm * target_norm + 1e-12
-    ratio = -dot * target_norm / (trial_norm * denominator)
-    for a, b in zip(trial, target):
-        torch.addcmul(b, a, _per_problem(ratio, a), out=a).mul_(_per_problem(-1 / denominator, a))
-    return 1 - dot / denominator
-
-
-STACKED_DISTANCES: dict[str, Callable[[list[torch.Tensor], Gradients], torch.Tensor]] = {
-    "l2": stacked_l2, "cosine": stacked_cosine, "ggl": stacked_ggl}
+STACKED_DISTANCES: dict[str, Callable[[GradientProducts], torch.Tensor]] = {
+    "l2": lambda products: products.residual_sq,
+    "cosine": stacked_cosine,
+    "ggl": lambda products: products.residual_sq / products.layers,
+}
+RESIDUAL_DISTANCES = frozenset({"l2", "ggl"})  # from the formed gradients: exact near zero
 
 
 @dataclass

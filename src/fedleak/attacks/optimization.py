@@ -7,27 +7,30 @@ optional EPAFL stopper. What is minimised comes from ``objectives``.
 ``optimize`` is the one loop: every gradient-based attack hands it its variables and its
 objective. ``optimize_vectorised`` builds the objective of many independent
 gradient-matching problems that share one model (victims x restarts of one FL round):
-the trial gradients are ``torch.func.vmap``-ed over the problems instead of looped in
-Python (DESIGN §7), the distance's cotangent is pulled back through them once, and
-``optimize`` steps the problems together.
+their images run as one batch (``stacked_gradients``, DESIGN §7) instead of looped in
+Python, and ``optimize`` steps the problems together.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call, grad, grad_and_value, vjp, vmap
+from torch.func import grad_and_value, vmap
 
 from fedleak.attacks.early_stopping import Stopper
-from fedleak.attacks.objectives import STACKED_DISTANCES, Candidate, check_distance, penalty
+from fedleak.attacks.objectives import (
+    RESIDUAL_DISTANCES,
+    STACKED_DISTANCES,
+    Candidate,
+    check_distance,
+    penalty,
+)
+from fedleak.attacks.stacked_gradients import StackedModel
 
 OPTIMIZERS = ("lbfgs", "adam")
 
@@ -215,97 +218,6 @@ class BatchedTrajectory:
         return self.final_loss().argmin(dim=1)
 
 
-def _cross_entropy(module: nn.Module, buffers: dict[str, torch.Tensor],
-                   params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
-                   ) -> torch.Tensor:
-    return F.cross_entropy(functional_call(module, (params, buffers), (x,)), y)
-
-
-class BatchStatisticsNorm(nn.Module):
-    """A BatchNorm layer in training mode written with elementary ops: normalise with the
-    batch's own mean and biased variance over every dimension but the channels, then
-    scale and shift with the layer's own (shared) parameters; no running statistics.
-
-    ``torch.func`` differentiates it exactly at any order, also under ``vmap``, where
-    the fused BatchNorm kernels cannot be pulled back (they lose the batch statistics'
-    dependence on the input, or refuse).
-    """
-
-    def __init__(self, layer: nn.modules.batchnorm._BatchNorm) -> None:
-        super().__init__()
-        self.weight, self.bias, self.eps = layer.weight, layer.bias, layer.eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        var, mean = torch.var_mean(x, dim=(0, *range(2, x.ndim)), unbiased=False, keepdim=True)
-        out = (x - mean) * torch.rsqrt(var + self.eps)
-        channel = (-1, *(1,) * (x.ndim - 2))
-        if self.weight is not None:
-            out = out * self.weight.view(channel) + self.bias.view(channel)
-        return out
-
-
-class UnfoldConv2d(nn.Module):
-    """A Conv2d (one group) as unfold + matmul, sharing the layer's parameters.
-
-    Under ``vmap`` over problems, the per-problem weights of the engine's backward passes
-    (the trial gradients and their cotangents) turn a convolution into a grouped one,
-    slow on the CPU for wide layers; as matrix products they are batched GEMMs
-    (``benchmarks/attack_throughput.py``: ResNet-18 1.2-1.5x, LeNet 0.7x, hence
-    :data:`UNFOLD_MIN_CHANNELS`).
-    """
-
-    def __init__(self, layer: nn.Conv2d) -> None:
-        super().__init__()
-        self.weight, self.bias = layer.weight, layer.bias
-        self.kernel_size, self.stride = layer.kernel_size, layer.stride
-        self.padding, self.dilation = layer.padding, layer.dilation
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        (kh, kw), (sh, sw) = self.kernel_size, self.stride
-        (ph, pw), (dh, dw) = self.padding, self.dilation
-        height = (x.shape[-2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-        width = (x.shape[-1] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-        if (kh, kw, ph, pw) == (1, 1, 0, 0):
-            columns = x[:, :, ::sh, ::sw].flatten(2)
-        else:
-            columns = F.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)
-        out = self.weight.flatten(1) @ columns
-        if self.bias is not None:
-            out = out + self.bias[:, None]
-        return out.unflatten(2, (height, width))
-
-
-UNFOLD_MIN_CHANNELS = 64
-
-
-def _replacement(module: nn.Module) -> nn.Module | None:
-    if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training:
-        return BatchStatisticsNorm(module)
-    if (isinstance(module, nn.Conv2d) and module.groups == 1 and module.padding_mode == "zeros"
-            and module.out_channels >= UNFOLD_MIN_CHANNELS):
-        return UnfoldConv2d(module)
-    return None
-
-
-def functional_model(model: nn.Module) -> nn.Module:
-    """The module that :func:`optimize_vectorised` calls: ``model``, or a shallow copy
-    (``model``'s parameters, not copies) whose BatchNorm layers in training mode are
-    :class:`BatchStatisticsNorm` and whose convolutions with at least
-    :data:`UNFOLD_MIN_CHANNELS` output channels are :class:`UnfoldConv2d`.
-
-    The BatchNorm layers compute what the per-victim path computes in training mode (each
-    problem's own batch statistics) without updating ``model``'s running statistics in
-    place, which ``vmap`` cannot do; in eval mode the running statistics are used as
-    they are.
-    """
-    if not any(_replacement(m) is not None for m in model.modules()):
-        return model
-    functional = copy.copy(model)
-    functional._modules = {name: _replacement(child) or functional_model(child)
-                           for name, child in model.named_children()}
-    return functional
-
-
 def optimize_vectorised(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                         targets: dict[str, torch.Tensor], *, distance: str, tv: float,
                         lr: float, iterations: int, signed: bool = False,
@@ -319,11 +231,11 @@ def optimize_vectorised(model: nn.Module, images: torch.Tensor, labels: torch.Te
     W); ``labels`` is (V, B) and ``targets`` maps every parameter name of ``model`` to
     (V, *shape). The distance (``objectives.DISTANCES``) is taken over all layers at once.
 
-    Each step: the trial gradients of all V x R problems (``vmap`` of ``grad``), the
-    distances with their cotangents in closed form
-    (``objectives.STACKED_DISTANCES``), and one pull-back of the cotangents through the
-    trial gradients (``torch.func.vjp``) for d distance / d x: the exact gradient, without
-    differentiating the distance's graph over every gradient entry. :func:`optimize` runs
+    Each step: the V x R problems' images run as one batch through ``model``
+    (:class:`~fedleak.attacks.stacked_gradients.StackedModel`), which reduces their
+    trial gradients to the products the distance needs
+    (``objectives.STACKED_DISTANCES``); autograd differentiates those with respect to the
+    images, the exact gradient of each problem's own objective. :func:`optimize` runs
     them as V x R stacked problems: Adam (on the sign of the gradient when ``signed``),
     the lr multiplied by ``gamma`` at each fraction of ``iterations`` in ``milestones``,
     ``boxed`` projecting onto [0, 1]; a problem that turns non-finite is frozen at its
@@ -340,9 +252,8 @@ def optimize_vectorised(model: nn.Module, images: torch.Tensor, labels: torch.Te
     if labels.shape[:2] != (victims, images.shape[2]):
         raise ValueError(f"labels must start with (victims, B) = {(victims, images.shape[2])}, "
                          f"got shape {tuple(labels.shape)}")
-    module = functional_model(model)
-    params = {n: p.detach() for n, p in model.named_parameters()}
-    buffers = {n: b.detach() for n, b in module.named_buffers()}
+    stacked = StackedModel(model)
+    params = dict(model.named_parameters())
     if set(targets) != set(params):
         raise ValueError(f"targets keys {sorted(targets)} do not match the model's "
                          f"parameters {sorted(params)}")
@@ -355,20 +266,17 @@ def optimize_vectorised(model: nn.Module, images: torch.Tensor, labels: torch.Te
         return t.unsqueeze(1).expand(victims, restarts, *t.shape[1:]).flatten(0, 1)
 
     problem_labels = per_problem(labels)
-    problem_targets = [per_problem(targets[n]) for n in params]
-    trial_gradients = vmap(grad(partial(_cross_entropy, module, buffers)), in_dims=(None, 0, 0))
+    targets = {n: t.detach() for n, t in targets.items()}
     regularization = vmap(grad_and_value(lambda x: regularize(Candidate(x))))
-    measure = STACKED_DISTANCES[distance]
+    measure, residual = STACKED_DISTANCES[distance], distance in RESIDUAL_DISTANCES
     x = images.detach().flatten(0, 1).clone().requires_grad_(True)
 
     def batched() -> tuple[torch.Tensor, list[torch.Tensor]]:
-        trial, pull_back = vjp(lambda z: trial_gradients(params, z, problem_labels), x.detach())
-        with torch.no_grad():
-            cotangent = [trial[n] for n in params]
-            loss = measure(cotangent, problem_targets)  # the trial gradients become cotangents
-        (gradient,) = pull_back(dict(zip(params, cotangent)))
+        trial = x.detach().requires_grad_(True)
+        loss = measure(stacked.products(trial, problem_labels, targets, residual))
+        (gradient,) = torch.autograd.grad(loss.sum(), trial)
         penalty_gradient, penalty_value = regularization(x.detach())
-        return loss + penalty_value, [gradient + penalty_gradient]
+        return loss.detach() + penalty_value, [gradient + penalty_gradient]
 
     run = optimize([x], batched, optimizer="adam", lr=lr, iterations=iterations,
                    signed=signed, milestones=milestones, gamma=gamma, betas=betas, eps=eps,

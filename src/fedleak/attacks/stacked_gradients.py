@@ -1,0 +1,303 @@
+"""The trial gradients of P gradient-matching problems at once, reduced to what the
+distances need: their inner products with the targets and with themselves (DESIGN §7).
+
+P problems (victims x restarts of one FL round) share one model. :class:`StackedModel`
+runs their images as one batch through the model's own layers with the weights held
+constant: convolutions and linear layers with the shared weight (one oneDNN/cuDNN call
+for all problems), BatchNorm with each problem's own batch statistics, and every
+parameter that is not a weight matrix (biases, BatchNorm's scale and shift) as a
+per-problem copy. One backward pass gives, per weight layer, G: each problem's gradient
+with respect to the layer's output. The trial gradient of the weight is G^T X, for X the
+layer's unfolded input (N rows per problem: batch x output positions), and Inverting
+Gradients' cosine distance (Geiping et al., NeurIPS 2020, Eq. 4) needs only
+
+    <G^T X, T>   = sum(G * conv(x, T))         a convolution of the input by the target T
+    |G^T X|^2    = sum((G G^T) * (X X^T))      two N x N Gram matrices
+
+so where N is small (ResNet-18 on 32x32 images: N = 64 and 16 in its last two stages,
+against a 512 x 4608 gradient per problem and layer) the per-problem weight gradient is
+never formed; elsewhere it is, as one batched matrix product. The L2 distances (DLG Eq. 4,
+GGL) sum (G^T X - T)^2 from the formed gradient, exact near convergence.
+
+Differentiating these products with respect to the images (autograd) is the exact second
+derivative the per-victim loop computes. Convolutions go through
+:class:`InputGradientConv`, whose backward is a differentiable transposed convolution:
+PyTorch's own convolution double backward also computes the weight's gradient, unused here.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedleak.attacks.objectives import GradientProducts
+
+# glibc's default ceiling on its mmap threshold: a larger tensor is mapped afresh and
+# page-faulted on every step (measured: ResNet-18 at 16 stacked problems ran 0.8x the
+# rate per problem of 8, whose unfolded first-stage inputs stay below it).
+STEP_TENSOR_BYTES = 32 * 2**20
+
+
+class InputGradientConv(torch.autograd.Function):
+    """``conv2d(x, weight)`` for a constant ``weight``; its backward, the input's gradient,
+    is a transposed convolution that autograd differentiates again as one convolution."""
+
+    @staticmethod
+    def forward(ctx, x, weight, stride, padding, dilation):
+        ctx.save_for_backward(weight)
+        ctx.geometry = (stride, padding, dilation, x.shape[2:])
+        return F.conv2d(x, weight, None, stride, padding, dilation)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (weight,) = ctx.saved_tensors
+        stride, padding, dilation, size = ctx.geometry
+        output_padding = [size[i] - ((grad_output.shape[2 + i] - 1) * stride[i] - 2 * padding[i]
+                                     + dilation[i] * (weight.shape[2 + i] - 1) + 1)
+                          for i in range(2)]
+        grad_input = F.conv_transpose2d(grad_output, weight, None, stride, padding,
+                                        output_padding, 1, dilation)
+        return grad_input, None, None, None, None
+
+
+@dataclass
+class _Layer:
+    """One weight layer's forward on the stacked batch: its input and its output before
+    the bias; ``conv`` is the Conv2d (None for a Linear layer)."""
+
+    weight: str
+    inputs: torch.Tensor
+    outputs: torch.Tensor
+    conv: nn.Conv2d | None
+
+
+class _Tape:
+    """What the stacked layers share during one forward: the problem count, the
+    per-problem copies of the small parameters, and the weight layers in call order."""
+
+    def __init__(self) -> None:
+        self.problems = 1
+        self.copies: dict[str, torch.Tensor] = {}
+        self.layers: list[_Layer] = []
+
+    def per_problem(self, name: str, ndim: int) -> torch.Tensor:
+        """The copy of parameter ``name`` (P, C) shaped to broadcast over (P, B, C, ...)."""
+        copies = self.copies[name]
+        return copies.view(self.problems, 1, copies.shape[1], *(1,) * (ndim - 2))
+
+    def add_bias(self, z: torch.Tensor, name: str | None) -> torch.Tensor:
+        if name is None:
+            return z
+        return (z.unflatten(0, (self.problems, -1)) + self.per_problem(name, z.ndim)).flatten(0, 1)
+
+
+class _StackedConv2d(nn.Module):
+    def __init__(self, layer: nn.Conv2d, prefix: str, tape: _Tape) -> None:
+        super().__init__()
+        self.layer, self.prefix, self.tape = layer, prefix, tape
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        layer = self.layer
+        z = InputGradientConv.apply(x, layer.weight.detach(), layer.stride, layer.padding,
+                                    layer.dilation)
+        self.tape.layers.append(_Layer(self.prefix + "weight", x, z, layer))
+        return self.tape.add_bias(z, None if layer.bias is None else self.prefix + "bias")
+
+
+class _StackedLinear(nn.Module):
+    def __init__(self, layer: nn.Linear, prefix: str, tape: _Tape) -> None:
+        super().__init__()
+        self.layer, self.prefix, self.tape = layer, prefix, tape
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = x @ self.layer.weight.detach().T
+        self.tape.layers.append(_Layer(self.prefix + "weight", x, z, None))
+        return self.tape.add_bias(z, None if self.layer.bias is None else self.prefix + "bias")
+
+
+class _StackedBatchNorm(nn.Module):
+    """BatchNorm per problem: in training mode (or without running statistics) each
+    problem's own batch mean and biased variance; its own copy of scale and shift."""
+
+    def __init__(self, layer: nn.modules.batchnorm._BatchNorm, prefix: str, tape: _Tape) -> None:
+        super().__init__()
+        self.layer, self.prefix, self.tape = layer, prefix, tape
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        layer, stacked = self.layer, x.unflatten(0, (self.tape.problems, -1))
+        if layer.training or layer.running_mean is None:
+            var, mean = torch.var_mean(stacked, dim=(1, *range(3, stacked.ndim)),
+                                       unbiased=False, keepdim=True)
+        else:
+            channel = (1, 1, -1, *(1,) * (stacked.ndim - 3))
+            mean, var = layer.running_mean.view(channel), layer.running_var.view(channel)
+        out = (stacked - mean) * torch.rsqrt(var + layer.eps)
+        if layer.affine:
+            out = (out * self.tape.per_problem(self.prefix + "weight", out.ndim - 1)
+                   + self.tape.per_problem(self.prefix + "bias", out.ndim - 1))
+        return out.flatten(0, 1)
+
+
+def _stacked_layer(module: nn.Module) -> type[nn.Module] | None:
+    if isinstance(module, nn.Conv2d) and module.groups == 1 and module.padding_mode == "zeros":
+        return _StackedConv2d
+    if isinstance(module, nn.Linear):
+        return _StackedLinear
+    if isinstance(module, nn.modules.batchnorm._BatchNorm):
+        return _StackedBatchNorm
+    return None
+
+
+def unsupported(model: nn.Module) -> list[str]:
+    """The modules holding parameters that :class:`StackedModel` cannot stack (anything but
+    Conv2d with one group and zero padding, Linear and BatchNorm); empty when it can."""
+    return [f"{name or 'model'} ({type(module).__name__})"
+            for name, module in model.named_modules()
+            if _stacked_layer(module) is None and list(module.parameters(recurse=False))]
+
+
+def _converted(module: nn.Module, tape: _Tape, prefix: str = "") -> nn.Module:
+    stacked = _stacked_layer(module)
+    if stacked is not None:
+        return stacked(module, prefix, tape)
+    converted = copy.copy(module)
+    converted._modules = {name: _converted(child, tape, f"{prefix}{name}.")
+                          for name, child in module.named_children()}
+    return converted
+
+
+def _rowwise_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(V,) <a[v], b[v]> of two (V, ...) tensors, one BLAS dot per row (no temporary)."""
+    return torch.stack([torch.dot(x, y) for x, y in zip(a.flatten(1), b.flatten(1))])
+
+
+def _positions(t: torch.Tensor) -> torch.Tensor:
+    """A Linear layer's (P * B, ..., F) input or output as (P * B, positions, F)."""
+    return t.reshape(len(t), -1, t.shape[-1])
+
+
+def _rows(t: torch.Tensor, problems: int) -> torch.Tensor:
+    """(P * B, C, L) -> (P, C, B * L): per problem, one column per batch item and position."""
+    t = t.unflatten(0, (problems, -1))
+    return t.squeeze(1) if t.shape[1] == 1 else t.transpose(1, 2).flatten(2)
+
+
+class StackedModel:
+    """``model`` run on P stacked problems; :meth:`products` gives their trial gradients'
+    :class:`~fedleak.attacks.objectives.GradientProducts` with the targets, differentiable
+    with respect to the images. ``model``'s parameters and running statistics are read,
+    never written."""
+
+    def __init__(self, model: nn.Module) -> None:
+        missing = unsupported(model)
+        if missing:
+            raise ValueError(f"cannot stack problems through {', '.join(missing)}: expected "
+                             "parameters only in Conv2d (groups=1, zero padding), Linear and "
+                             "BatchNorm layers")
+        self.parameters = dict(model.named_parameters())
+        self.tape = _Tape()
+        self.stacked = _converted(model, self.tape)
+        weights = {layer.prefix + "weight" for layer in self.stacked.modules()
+                   if isinstance(layer, (_StackedConv2d, _StackedLinear))}
+        self.copied = [n for n in self.parameters if n not in weights]
+        self._target_sq: tuple[object, torch.Tensor] = (None, torch.empty(0))
+
+    def _forward(self, images: torch.Tensor, problems: int) -> torch.Tensor:
+        self.tape.problems, self.tape.layers = problems, []
+        self.tape.copies = {n: p.detach().expand(problems, *p.shape).requires_grad_()
+                            for n, p in self.parameters.items() if n in self.copied}
+        return self.stacked(images.flatten(0, 1))
+
+    def problems_per_step(self, batch: torch.Tensor) -> int:
+        """How many problems of ``batch`` (B, ...) one step stacks: as many as keep its
+        largest tensor (a layer's unfolded input, input or output) within
+        :data:`STEP_TENSOR_BYTES`, at least one."""
+        with torch.no_grad():
+            self._forward(batch.unsqueeze(0), 1)
+        sizes = []
+        for layer in self.tape.layers:
+            sizes += [layer.inputs.numel(), layer.outputs.numel()]
+            if layer.conv is not None:
+                kernel = layer.conv.weight[0].numel()
+                sizes.append(kernel * layer.outputs[0, 0].numel() * len(layer.outputs))
+        return max(1, STEP_TENSOR_BYTES // (max(sizes) * batch.element_size()))
+
+    def products(self, images: torch.Tensor, labels: torch.Tensor,
+                 targets: dict[str, torch.Tensor], residual: bool) -> GradientProducts:
+        """Products of the trial gradients of ``images`` (V * R, B, ...), victim-major,
+        with ``targets`` (name -> (V, *shape)); each problem's loss is the mean
+        cross-entropy of its batch against ``labels`` (V * R, B). ``residual``: also
+        sum (trial - target)^2, from formed gradients. The targets' squared norms are
+        computed once per ``targets`` object."""
+        problems = len(images)
+        victims = len(next(iter(targets.values())))
+        restarts = problems // victims
+        logits = self._forward(images, problems)
+        losses = F.cross_entropy(logits, labels.flatten(), reduction="none")
+        layers = self.tape.layers
+        copies = list(self.tape.copies.values())
+        grads = torch.autograd.grad(losses.view(problems, -1).mean(1).sum(),
+                                    [layer.outputs for layer in layers] + copies,
+                                    create_graph=True)
+
+        def by_victim(t: torch.Tensor) -> torch.Tensor:
+            return t.unflatten(0, (victims, restarts))
+
+        zero = images.new_zeros(problems)
+        dot, trial_sq, residual_sq = zero, zero, zero
+        for layer, g in zip(layers, grads):
+            target = targets[layer.weight]
+            if layer.conv is None:
+                columns = _rows(_positions(layer.inputs).transpose(1, 2), problems)
+                outputs = _rows(_positions(g).transpose(1, 2), problems)
+            else:
+                conv = layer.conv
+                columns = _rows(F.unfold(layer.inputs, conv.kernel_size, conv.dilation,
+                                         conv.padding, conv.stride), problems)
+                outputs = _rows(g.flatten(2), problems)
+            (channels, rows), inputs = outputs.shape[1:], columns.shape[1]
+            if not residual and rows * (channels + inputs) < channels * inputs:
+                trial_sq = trial_sq + ((outputs.transpose(1, 2) @ outputs)
+                                       * (columns.transpose(1, 2) @ columns)).sum((1, 2))
+                dot = dot + self._target_dot(layer, g, target, restarts)
+                continue
+            trial = by_victim(columns @ outputs.transpose(1, 2))  # (V, R, K, C): gradient^T
+            expected = target.flatten(2).transpose(1, 2).unsqueeze(1)
+            if residual:
+                residual_sq = residual_sq + ((trial - expected) ** 2).sum((2, 3)).flatten()
+            else:
+                dot = dot + (trial * expected).sum((2, 3)).flatten()
+                trial_sq = trial_sq + (trial * trial).sum((2, 3)).flatten()
+        for name, g in zip(self.tape.copies, grads[len(layers):]):
+            expected = targets[name].flatten(1).unsqueeze(1)
+            trial = by_victim(g)
+            if residual:
+                residual_sq = residual_sq + ((trial - expected) ** 2).sum(2).flatten()
+            else:
+                dot = dot + (trial * expected).sum(2).flatten()
+                trial_sq = trial_sq + (trial * trial).sum(2).flatten()
+        if self._target_sq[0] is not targets:
+            norms = sum(_rowwise_dot(t, t) for t in targets.values())
+            self._target_sq = (targets, norms.repeat_interleave(restarts))
+        return GradientProducts(dot=dot, trial_sq=trial_sq, residual_sq=residual_sq,
+                                target_sq=self._target_sq[1], layers=len(targets))
+
+    @staticmethod
+    def _target_dot(layer: _Layer, g: torch.Tensor, target: torch.Tensor,
+                    restarts: int) -> torch.Tensor:
+        """(P,) <G^T X, T> = sum(G * (x convolved with T)), one call per victim."""
+        dots = []
+        for v, kernel in enumerate(target):
+            rows = slice(v * len(g) // len(target), (v + 1) * len(g) // len(target))
+            if layer.conv is None:
+                response = layer.inputs[rows] @ kernel.T
+            else:
+                conv = layer.conv
+                response = F.conv2d(layer.inputs[rows], kernel, None, conv.stride, conv.padding,
+                                    conv.dilation)
+            dots.append((g[rows] * response).reshape(restarts, -1).sum(1))
+        return torch.cat(dots)
