@@ -13,6 +13,8 @@ the same number of cost evaluations (2 restarts x 200 iterations).
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -139,3 +141,34 @@ def test_table1_ordering_on_digits(digits_splits, digits_generator):
     assert mean["z/w"] > mean["z"] + 2.0
     assert mean["z/w"] > mean["x"] + 4.0
     assert mean["z/w+BN"] >= mean["z/w"]
+
+
+@pytest.mark.parametrize("variant", ["x", "z/w"])
+def test_stacked_victims_reconstruct_what_the_per_victim_loop_does(digits_splits,
+                                                                  digits_generator, variant):
+    """reconstruct_all stacks the image (GI-x) or latent (GI-z/w) searches of 3 victims x 2
+    restarts of one BatchNorm model (batches of 4), then runs GI-z/w's parameter search
+    per victim: the loop's results, in float64 (plain Adam amplifies float32 rounding)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        batches = victim_batches(digits_splits["train"], 3, seed=3)
+        model = batches[0][0].double()
+        observations = [observe(model, x.double(), y) for _, x, y in batches]
+        params = {"generator": copy.deepcopy(digits_generator).double(), "variant": variant,
+                  "latent_iterations": 8, "parameter_iterations": 4, "image_iterations": 8,
+                  "restarts": 2, "seed": 7}
+        stacked = attacks.reconstruct_all(attacks.build("gias", **params), observations)
+        looped = [attacks.build("gias", **{**params, "seed": 7 + v})(obs)
+                  for v, obs in enumerate(observations)]
+    finally:
+        torch.set_default_dtype(previous)
+    difference = max(float((a.images - b.images).abs().max()) for a, b in zip(stacked, looped))
+    print(f"GIAS {variant}, stacked vs loop: max pixel difference {difference:.3g}")
+    assert all(r.extra["vectorised_problems"] == 6 for r in stacked)
+    assert difference <= 1e-8
+    for a, b in zip(stacked, looped):
+        assert (a.restart, a.iterations, a.extra["iterations"]) == (
+            b.restart, b.iterations, b.extra["iterations"])
+        assert np.allclose(a.loss_trace, b.loss_trace, rtol=1e-8)
+    assert not attacks.build("gias", **{**params, "variant": "z/w+BN"}).vectorisable

@@ -118,7 +118,8 @@ def test_best_restart_has_the_lowest_final_loss_per_victim(digit_batch):
     targets = {n: torch.stack([obs.gradient[n] for obs in observations])
                for n, _ in model.named_parameters()}
     labels = torch.stack([obs.labels for obs in observations])
-    run = optimize_vectorised(model, images, labels, targets, distance="cosine", tv=0.1,
+    run = optimize_vectorised(model, images, labels, targets, distance="cosine",
+                              regularizers={"tv": 0.1},
                               lr=0.1, iterations=30, signed=True)
     final = run.loss_trace[-1]
     assert torch.equal(run.final_loss(), final)

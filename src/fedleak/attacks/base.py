@@ -56,10 +56,12 @@ def reconstruct_all(attack: Attack, observations: list[Observation],
     at once when the attack has it and the problems vectorise: one model object with
     parameters only in layers ``stacked_gradients`` stacks (Conv2d, Linear, BatchNorm), the
     same batch size and input shape, Adam, no stopper, no snapshots, more than one
-    problem (one problem loops faster), with a progress bar over victims (per chunk of
-    victims stacked together). Otherwise (L-BFGS attacks such as DLG/iDLG, stoppers,
-    CMA-ES, generator attacks) each victim is attacked in turn with ``attack(obs)``, with
-    a progress bar (per victim, with an ETA) labelled ``progress``.
+    problem (one problem loops faster), and the attack's ``vectorisable`` (when it has
+    one: GGA with Adam and no transformation), with a progress bar over victims (per
+    chunk of victims stacked together). Otherwise (L-BFGS attacks such as DLG/iDLG,
+    stoppers, CMA-ES, GGA's transformations, GIAS/GIML/GIFD) each victim is attacked in
+    turn with ``attack(obs)``, with a progress bar (per victim, with an ETA) labelled
+    ``progress``.
     ``snapshots`` asks for the reconstructions at those iterations (attacks whose
     ``__call__`` takes ``snapshots``; ValueError for the others).
     """
@@ -71,6 +73,7 @@ def reconstruct_all(attack: Attack, observations: list[Observation],
     first = observations[0]
     vectorisable = (
         hasattr(attack, "reconstruct_many")
+        and getattr(attack, "vectorisable", True)
         and not snapshots
         and len(observations) * getattr(attack, "restarts", 1) > 1  # one problem: loop is faster
         and getattr(attack, "stopper", None) is None

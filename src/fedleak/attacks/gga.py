@@ -37,7 +37,14 @@ from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import infer_labels
 from fedleak.attacks.objectives import Candidate, compose
-from fedleak.attacks.optimization import Trajectory, best_of_restarts, optimize
+from fedleak.attacks.optimization import (
+    StackedAttack,
+    Trajectory,
+    best_of_restarts,
+    first_of,
+    optimize,
+    reconstruct_stacked,
+)
 from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
 from fedleak.types import Need, Observation, Update
 
@@ -98,6 +105,34 @@ class GenerativeGradientLeakage:
 
     def _images(self, z: torch.Tensor, obs: Observation) -> torch.Tensor:
         return to_model_input(self.generator(z), obs.input_shape)
+
+    @property
+    def vectorisable(self) -> bool:
+        """Adam without an adaptive transformation stacks victims x restarts."""
+        return self.optimizer == "adam" and self.transform == "none"
+
+    def reconstruct_many(self, observations: list[Observation], progress: str | None = None
+                         ) -> list[Reconstruction]:
+        """One Reconstruction per observation, the latent searches of victims x restarts
+        optimised together (:func:`~fedleak.attacks.optimization.reconstruct_stacked`);
+        victim v uses seed ``self.seed + v``, as the per-victim attack built with it."""
+        if not self.vectorisable or self.stopper is not None:
+            raise ValueError(f"reconstruct_many stacks Adam without transform or stopper; got "
+                             f"optimizer={self.optimizer!r}, transform={self.transform!r}, "
+                             f"stopper={self.stopper} (use reconstruct_all to loop)")
+        first = first_of(observations)
+        self.generator.to(first.device)
+
+        def render(z: torch.Tensor) -> torch.Tensor:
+            return self._images(z.flatten(0, 1), first).unflatten(0, z.shape[:2])
+
+        settings = {"distance": "ggl", "regularizers": {"kl": self.kl}, "render": render,
+                    "lr": self.lr, "iterations": self.iterations,
+                    "lr_factor": ramped(self.iterations), "boxed": False}
+        return reconstruct_stacked(observations, StackedAttack(
+            draw=lambda obs, rng: obs.randn((obs.batch_size, self.latent_dim), rng),
+            labels=infer_labels, settings=settings, extra={"optimizer": "adam"}),
+            restarts=self.restarts, seed=self.seed, progress=progress)
 
     def __call__(self, obs: Observation, stopper: Stopper | None = None,
                  trial_transform: Transform | None = None) -> Reconstruction:

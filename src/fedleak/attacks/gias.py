@@ -45,6 +45,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -60,7 +61,15 @@ from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.gradinversion import bn_loss
 from fedleak.attacks.label_inference import infer_labels
 from fedleak.attacks.objectives import Candidate, compose
-from fedleak.attacks.optimization import Trajectory, best_of_restarts, clamp_unit, optimize
+from fedleak.attacks.optimization import (
+    StackedAttack,
+    Trajectory,
+    best_of_restarts,
+    clamp_unit,
+    first_of,
+    optimize,
+    reconstruct_stacked,
+)
 from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
 from fedleak.types import Need, Observation, Update
 
@@ -213,6 +222,74 @@ class GIAS:
                               time.perf_counter() - start, best.stop_reason, restart=index,
                               extra=extra)
 
+    @property
+    def vectorisable(self) -> bool:
+        """GI-x, GI-z and GI-z/w's latent stage stack victims x restarts; +BN, the
+        sparsified cost and GI-w's per-restart generators loop."""
+        return self.space != "w" and not self.use_bn and self.sparsity == 0
+
+    def reconstruct_many(self, observations: list[Observation], progress: str | None = None
+                         ) -> list[Reconstruction]:
+        """One Reconstruction per observation: the image (GI-x) or latent (GI-z, GI-z/w)
+        searches of victims x restarts optimised together
+        (:func:`~fedleak.attacks.optimization.reconstruct_stacked`), victim v with seed
+        ``self.seed + v`` as the per-victim attack; GI-z/w's parameter search then runs
+        per victim from its best latent code."""
+        if not self.vectorisable or self.stopper is not None:
+            raise ValueError(f"reconstruct_many stacks GI-x, GI-z and GI-z/w without +BN, "
+                             f"sparsity or stopper; got variant={self.variant!r}, "
+                             f"sparsity={self.sparsity}, stopper={self.stopper} "
+                             "(use reconstruct_all to loop)")
+        start, first = time.perf_counter(), first_of(observations)
+        settings = {"distance": self.distance, "regularizers": {"tv": self.tv},
+                    "milestones": MILESTONES}
+        if self.space == "x":
+            settings.update(lr=self.lr_x, iterations=self.image_iterations, signed=self.signed)
+            shape = first.input_shape
+        else:
+            frozen = frozen_copy(self.generator, first.device)
+            shape = (frozen.latent_dim,)
+            settings.update(lr=self.lr_z, iterations=self.latent_iterations, boxed=False,
+                            render=lambda z: generate([frozen], z.flatten(0, 1),
+                                                      first.input_shape).unflatten(0, z.shape[:2]))
+        stacked = reconstruct_stacked(observations, StackedAttack(
+            draw=lambda obs, rng: obs.randn((obs.batch_size, *shape), rng), labels=infer_labels,
+            settings=settings), restarts=self.restarts, seed=self.seed, progress=progress)
+        share = (time.perf_counter() - start) / len(observations)
+        out = []
+        for rec, obs in zip(stacked, observations):
+            rec.extra.update(variant=self.variant, iterations={self.space[0]: rec.iterations})
+            rec.wall_time = share
+            out.append(rec if self.space != "z/w" else self._then_parameters(rec, obs, frozen))
+        return out
+
+    def _then_parameters(self, rec: Reconstruction, obs: Observation, frozen: nn.Module
+                         ) -> Reconstruction:
+        """GI-z/w's parameter search (Eq. 7) for one victim from its stacked latent stage."""
+        began = time.perf_counter()
+        z = rec.extra["latent"].to(obs.device)
+        cost = inversion_cost(obs, rec.labels, distance=self.distance, tv=self.tv)
+        with preserved_buffers(obs.model):
+            images, search = self._parameter_stage(obs, cost, frozen, z, None)
+        rec.extra["iterations"]["w"] = search.iterations
+        return replace(rec, images=images.clamp(0, 1),
+                       loss_trace=rec.loss_trace + search.loss_trace,
+                       iterations=rec.iterations + search.iterations,
+                       wall_time=rec.wall_time + time.perf_counter() - began,
+                       stop_reason=search.stop_reason)
+
+    def _parameter_stage(self, obs: Observation, cost: Cost, frozen: nn.Module,
+                         z: torch.Tensor, stopper: Stopper | None
+                         ) -> tuple[torch.Tensor, Trajectory]:
+        """Eq. 7 from the fixed latent code z, one generator copy per image: the images
+        and the trajectory."""
+        copies = trainable_copies(frozen, obs.batch_size)
+        search = parameter_search(copies, lambda: cost(generate(copies, z, obs.input_shape)),
+                                  lr=self.lr_w, iterations=self.parameter_iterations,
+                                  stopper=stopper)
+        with torch.no_grad():
+            return generate(copies, z, obs.input_shape), search
+
     def _image_search(self, obs: Observation, cost: Cost, rng: torch.Generator,
                       stopper: Stopper | None) -> Trajectory:
         x = obs.randn((obs.batch_size, *obs.input_shape), rng).requires_grad_(True)
@@ -246,12 +323,10 @@ class GIAS:
                                         iterations=self.latent_iterations, stopper=stopper),
                 self.restarts)
             z, copies = stages["z"].variables[0].detach(), [frozen]
-            if self.space == "z/w":
-                copies = trainable_copies(frozen, obs.batch_size)
-                stages["w"] = parameter_search(
-                    copies, lambda: cost(generate(copies, z, obs.input_shape)), lr=self.lr_w,
-                    iterations=self.parameter_iterations, stopper=stopper)
-        with torch.no_grad():
-            images = generate(copies, z, obs.input_shape)
+        if self.space == "z/w":
+            images, stages["w"] = self._parameter_stage(obs, cost, frozen, z, stopper)
+        else:
+            with torch.no_grad():
+                images = generate(copies, z, obs.input_shape)
         trace = [loss for t in stages.values() for loss in t.loss_trace]
         return images, trace, stages, index, z

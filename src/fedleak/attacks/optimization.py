@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from torch.func import grad_and_value, vmap
+from torch.func import vmap
+from tqdm import tqdm
 
+from fedleak.attacks.base import Reconstruction
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.objectives import (
     RESIDUAL_DISTANCES,
@@ -31,6 +33,7 @@ from fedleak.attacks.objectives import (
     penalty,
 )
 from fedleak.attacks.stacked_gradients import StackedModel
+from fedleak.types import Observation
 
 OPTIMIZERS = ("lbfgs", "adam")
 
@@ -197,12 +200,12 @@ def best_of_restarts(run_once: Callable[[int], Trajectory], restarts: int
 class BatchedTrajectory:
     """The outcome of :func:`optimize_vectorised` for V victims x R restarts, on the device.
 
-    ``images``: (V, R, B, C, H, W) final (last finite) iterates; ``loss_trace``:
+    ``variables``: (V, R, ...) final (last finite) iterates; ``loss_trace``:
     (iterations, V, R), of which problem (v, r) recorded the first
     ``iterations[v, r]`` entries (the finite ones before it diverged, if it did).
     """
 
-    images: torch.Tensor
+    variables: torch.Tensor
     loss_trace: torch.Tensor
     iterations: torch.Tensor
     diverged: torch.Tensor
@@ -218,39 +221,47 @@ class BatchedTrajectory:
         return self.final_loss().argmin(dim=1)
 
 
-def optimize_vectorised(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                        targets: dict[str, torch.Tensor], *, distance: str, tv: float,
-                        lr: float, iterations: int, signed: bool = False,
-                        milestones: Sequence[float] = (), gamma: float = 0.1,
+Render = Callable[[torch.Tensor], torch.Tensor]
+
+
+def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Tensor,
+                        targets: dict[str, torch.Tensor], *, distance: str,
+                        regularizers: Mapping[str, float] | None = None,
+                        render: Render | None = None, lr: float, iterations: int,
+                        signed: bool = False, milestones: Sequence[float] = (),
+                        gamma: float = 0.1, lr_factor: Callable[[int], float] | None = None,
                         boxed: bool = True, betas: tuple[float, float] = (0.9, 0.999),
                         eps: float = 1e-8) -> BatchedTrajectory:
     """Adam on V x R gradient-matching problems at once (Geiping et al., NeurIPS 2020, Eq. 4).
 
     Problem (v, r) minimises ``distance(grad_theta CE(model(x), labels[v]), targets[v])
-    + tv * TV(x)`` over its images ``x``, starting from ``images[v, r]`` (V, R, B, C, H,
-    W); ``labels`` is (V, B) and ``targets`` maps every parameter name of ``model`` to
+    + sum of weight * regulariser(x, z)`` (``objectives.penalty(regularizers)``) over its
+    variable z, starting from ``start[v, r]`` (V, R, B, ...): the images themselves
+    (x = z), or latent codes that ``render`` maps to images ((P, B, ...) -> (P, B, C, H,
+    W)). ``labels`` is (V, B) and ``targets`` maps every parameter name of ``model`` to
     (V, *shape). The distance (``objectives.DISTANCES``) is taken over all layers at once.
 
     Each step: the V x R problems' images run as one batch through ``model``
     (:class:`~fedleak.attacks.stacked_gradients.StackedModel`), which reduces their
     trial gradients to the products the distance needs
-    (``objectives.STACKED_DISTANCES``); autograd differentiates those with respect to the
-    images, the exact gradient of each problem's own objective. :func:`optimize` runs
-    them as V x R stacked problems: Adam (on the sign of the gradient when ``signed``),
-    the lr multiplied by ``gamma`` at each fraction of ``iterations`` in ``milestones``,
+    (``objectives.STACKED_DISTANCES``); autograd differentiates those and the
+    regularisers with respect to the variables, the exact gradient of each problem's
+    own objective. :func:`optimize` runs them as V x R stacked problems: Adam (on the
+    sign of the gradient when ``signed``), the lr multiplied by ``gamma`` at each
+    fraction of ``iterations`` in ``milestones`` or by ``lr_factor(t)`` at step t,
     ``boxed`` projecting onto [0, 1]; a problem that turns non-finite is frozen at its
     last finite iterate. The loss trace stays on the device (no host sync).
     """
     check_distance(distance)
-    regularize = penalty({"tv": tv})
+    regularize = penalty(regularizers)
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
-    if images.ndim != 6:
-        raise ValueError(f"images must be (victims, restarts, B, C, H, W), "
-                         f"got shape {tuple(images.shape)}")
-    victims, restarts = images.shape[:2]
-    if labels.shape[:2] != (victims, images.shape[2]):
-        raise ValueError(f"labels must start with (victims, B) = {(victims, images.shape[2])}, "
+    if start.ndim < 4:
+        raise ValueError(f"start must be (victims, restarts, B, ...), got shape "
+                         f"{tuple(start.shape)}")
+    victims, restarts = start.shape[:2]
+    if labels.shape[:2] != (victims, start.shape[2]):
+        raise ValueError(f"labels must start with (victims, B) = {(victims, start.shape[2])}, "
                          f"got shape {tuple(labels.shape)}")
     stacked = StackedModel(model)
     params = dict(model.named_parameters())
@@ -261,26 +272,123 @@ def optimize_vectorised(model: nn.Module, images: torch.Tensor, labels: torch.Te
     if bad:
         raise ValueError(f"targets must be (victims={victims}, *parameter shape); got {bad}")
 
-    def per_problem(t: torch.Tensor) -> torch.Tensor:
-        """(V, ...) -> (V * R, ...), victim-major (a view when R is 1)."""
-        return t.unsqueeze(1).expand(victims, restarts, *t.shape[1:]).flatten(0, 1)
-
-    problem_labels = per_problem(labels)
+    problem_labels = labels.unsqueeze(1).expand(victims, restarts, *labels.shape[1:]).flatten(0, 1)
     targets = {n: t.detach() for n, t in targets.items()}
-    regularization = vmap(grad_and_value(lambda x: regularize(Candidate(x))))
     measure, residual = STACKED_DISTANCES[distance], distance in RESIDUAL_DISTANCES
-    x = images.detach().flatten(0, 1).clone().requires_grad_(True)
+    if render is None:
+        regularization = vmap(lambda x: regularize(Candidate(x)))
+    else:
+        regularization = vmap(lambda x, z: regularize(Candidate(x, z)))
+    x = start.detach().flatten(0, 1).clone().requires_grad_(True)
 
     def batched() -> tuple[torch.Tensor, list[torch.Tensor]]:
-        trial = x.detach().requires_grad_(True)
-        loss = measure(stacked.products(trial, problem_labels, targets, residual))
-        (gradient,) = torch.autograd.grad(loss.sum(), trial)
-        penalty_gradient, penalty_value = regularization(x.detach())
-        return loss.detach() + penalty_value, [gradient + penalty_gradient]
+        variable = x.detach().requires_grad_(True)
+        images = variable if render is None else render(variable)
+        loss = measure(stacked.products(images, problem_labels, targets, residual))
+        if regularizers:
+            loss = loss + (regularization(images) if render is None
+                           else regularization(images, variable))
+        (gradient,) = torch.autograd.grad(loss.sum(), variable)
+        return loss.detach(), [gradient]
 
     run = optimize([x], batched, optimizer="adam", lr=lr, iterations=iterations,
-                   signed=signed, milestones=milestones, gamma=gamma, betas=betas, eps=eps,
-                   project=clamp_unit if boxed else None)
+                   signed=signed, milestones=milestones, gamma=gamma, lr_factor=lr_factor,
+                   betas=betas, eps=eps, project=clamp_unit if boxed else None)
     grid = (victims, restarts)
     return BatchedTrajectory(x.detach().unflatten(0, grid), run.loss_trace.unflatten(1, grid),
                              run.iterations.unflatten(0, grid), run.diverged.unflatten(0, grid))
+
+
+@dataclass
+class StackedAttack:
+    """What an attack hands :func:`reconstruct_stacked`: one restart's start for a victim
+    (drawn from the victim's generator), the victim's labels, the
+    :func:`optimize_vectorised` keywords (``render`` among them for latent variables) and
+    the ``extra`` of every Reconstruction (with ``render``, also the victim's best
+    ``latent``)."""
+
+    draw: Callable[[Observation, torch.Generator], torch.Tensor]
+    labels: Callable[[Observation], torch.Tensor]
+    settings: dict
+    extra: dict = field(default_factory=dict)
+
+
+def first_of(observations: list[Observation]) -> Observation:
+    """The first observation (ValueError for none): the one whose model, batch size and
+    input shape every stacked victim shares."""
+    if not observations:
+        raise ValueError("reconstruct_many needs at least one observation, got none")
+    return observations[0]
+
+
+def reconstruct_stacked(observations: list[Observation], attack: StackedAttack, *,
+                        restarts: int, seed: int, progress: str | None = None
+                        ) -> list[Reconstruction]:
+    """One Reconstruction per observation, victims x restarts optimised together by
+    :func:`optimize_vectorised`.
+
+    The observations must share the model object, batch size and input shape; victim v
+    draws its ``restarts`` starts in turn from a generator seeded ``seed + v``, as the
+    per-victim attack built with that seed does, and keeps its restart of lowest final
+    loss. The victims go in chunks of ``StackedModel.problems_per_step`` problems (ResNet-18
+    on 32x32 images: 13, so one victim a chunk at 8 restarts), with a progress bar over
+    victims labelled ``progress``; ``wall_time`` is the victim's share of its chunk.
+    """
+    first = first_of(observations)
+    for v, obs in enumerate(observations):
+        if obs.model is not first.model:
+            raise ValueError(f"observation {v} has another model object; expected the "
+                             "same model for every observation")
+        if (obs.batch_size, obs.input_shape) != (first.batch_size, first.input_shape):
+            raise ValueError(f"observation {v} has batch_size {obs.batch_size} and "
+                             f"input_shape {obs.input_shape}; expected {first.batch_size} "
+                             f"and {first.input_shape} like observation 0")
+    probe = torch.zeros(first.batch_size, *first.input_shape, device=first.device)
+    chunk = max(1, StackedModel(first.model).problems_per_step(probe) // restarts)
+    out: list[Reconstruction] = []
+    with tqdm(total=len(observations), desc=progress, unit="victim",
+              disable=progress is None, leave=False) as bar:
+        for begin in range(0, len(observations), chunk):
+            part = observations[begin:begin + chunk]
+            out += _stacked_chunk(part, attack, restarts, seed + begin)
+            bar.update(len(part))
+    return out
+
+
+def _stacked_chunk(observations: list[Observation], attack: StackedAttack, restarts: int,
+                   seed: int) -> list[Reconstruction]:
+    start = time.perf_counter()
+    first = observations[0]
+
+    def starts(v: int, obs: Observation) -> torch.Tensor:
+        rng = torch.Generator().manual_seed(seed + v)  # as the per-victim attack
+        return torch.stack([attack.draw(obs, rng) for _ in range(restarts)])
+
+    labels = torch.stack([attack.labels(obs) for obs in observations])
+    targets = {n: torch.stack([obs.gradient[n].detach().to(first.device)
+                               for obs in observations])
+               for n, _ in first.model.named_parameters()}
+    run = optimize_vectorised(first.model,
+                              torch.stack([starts(v, o) for v, o in enumerate(observations)]),
+                              labels, targets, **attack.settings)
+    best = run.best_restart()
+    chosen = run.variables[torch.arange(len(observations), device=best.device), best]
+    render = attack.settings.get("render")
+    with torch.no_grad():
+        images = chosen if render is None else render(chosen)
+    latents = None if render is None else chosen.detach().cpu()
+    # the one host sync of the chunk
+    trace, counts, diverged, best = (t.cpu() for t in (run.loss_trace, run.iterations,
+                                                        run.diverged, best))
+    share = (time.perf_counter() - start) / len(observations)
+    out = []
+    for v in range(len(observations)):
+        r = int(best[v])
+        steps = int(counts[v, r])
+        extra = {**attack.extra, "vectorised_problems": len(observations) * restarts}
+        if latents is not None:
+            extra["latent"] = latents[v]
+        out.append(Reconstruction(
+            images[v].detach().clamp(0, 1), labels[v], trace[:steps, v, r].tolist(), steps,
+            share, "diverged" if diverged[v, r] else "max_iterations", restart=r, extra=extra))
+    return out
