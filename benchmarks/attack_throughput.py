@@ -5,7 +5,8 @@ Inverting Gradients (Geiping et al., NeurIPS 2020, Eq. 4) on LeNet and ResNet-18
 (fedleak.models.build, 3x32x32 inputs, 10 classes) for 1, 8 and 32 problems
 (victims x restarts), on the CPU and on CUDA when present. The per-victim loop
 is what ``fedleak attack`` did per victim: ``build(seed=base + v)(obs)``; the
-vectorised path is ``reconstruct_many`` on all victims at once (torch.func vmap).
+vectorised path is ``reconstruct_many`` on all victims at once (the problems stacked on
+the batch dimension, ``attacks.stacked_gradients``).
 An iteration is one Adam step of one problem, so iterations/s = problems x
 iterations / seconds. After a one-iteration warm-up of each path, ``--repeats``
 timed runs rotate the order of the paths so that machine noise hits all of them;
@@ -28,10 +29,8 @@ images fedleak's seed v draws (breaching's global generator seeded v). Compare t
 paths at 1 victim x R restarts (``--sizes R --restarts R``), breaching's unit of work.
 
 BatchNorm (ResNet-18): the models stay in training mode, as the client computed
-the observed gradient; the per-victim path then normalises with each batch's own
-statistics, and the vectorised path does the same on a copy of the model passed
-through ``torch.func.replace_all_batch_norm_modules_`` (batch statistics, no
-running-statistics update, which vmap cannot do in place).
+the observed gradient; every path normalises with each problem's own batch statistics
+(the vectorised path per stacked problem, without writing the running statistics).
 
 Sanity check: ``{path}_gradient_distance`` is the cosine distance between the gradient
 at each path's reconstruction (last timed run) and the observed one, averaged over

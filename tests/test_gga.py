@@ -17,7 +17,7 @@ import torch
 from conftest import lenet_victims as victims
 from conftest import observe_defended as observe
 
-from fedleak import attacks, metrics
+from fedleak import attacks, defenses, metrics
 from fedleak.attacks.gga import adaptive_transform
 from fedleak.types import Update
 
@@ -115,33 +115,76 @@ def test_gga_rejects_unknown_settings(digits_generator):
         attacks.build("gga", generator=digits_generator, transform="noise")
 
 
-def test_gga_adam_stacks_victims_like_the_per_victim_loop(digits_splits, digits_generator):
-    """GGA with Adam and no transformation: reconstruct_all stacks 3 victims x 2 restarts of
-    one model through the generator and reconstructs what the per-victim loop does (in
-    float64: plain Adam amplifies float32 rounding chaotically)."""
+@pytest.mark.parametrize(("transform", "defense", "strength"), [
+    ("none", "none", {}), ("pruning", "pruning", {"ratio": 0.5}),
+    ("clipping", "clipping", {"bound": 0.5})])
+def test_gga_adam_stacks_victims_like_the_per_victim_loop(digits_splits, digits_generator,
+                                                          transform, defense, strength):
+    """GGA with Adam, with or without its adaptive transformation: reconstruct_all stacks 3
+    victims x 2 restarts of one model through the generator and reconstructs what the
+    per-victim loop does (in float64: plain Adam amplifies float32 rounding chaotically)."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
         pool = victims(digits_splits["train"], 3)
         model = pool[0][0].double()
-        observations = [observe((model, x.double(), y), "none") for _, x, y in pool]
+        observations = [observe((model, x.double(), y), defense, **strength) for _, x, y in pool]
         params = {"generator": copy.deepcopy(digits_generator).double(), "optimizer": "adam",
-                  "iterations": 30, "restarts": 2, "seed": 5}
+                  "iterations": 30, "restarts": 2, "seed": 5, "transform": transform}
         stacked = attacks.reconstruct_all(attacks.build("gga", **params), observations)
         looped = [attacks.build("gga", **{**params, "seed": 5 + v})(obs)
                   for v, obs in enumerate(observations)]
-        transformed = attacks.build("gga", **{**params, "transform": "pruning",
-                                              "iterations": 2})
-        transformed_loop = attacks.reconstruct_all(transformed, observations[:2])
     finally:
         torch.set_default_dtype(previous)
     difference = max(float((a.images - b.images).abs().max()) for a, b in zip(stacked, looped))
-    print(f"GGA Adam, stacked vs loop: max pixel difference {difference:.3g}")
+    print(f"GGA Adam ({transform}), stacked vs loop: max pixel difference {difference:.3g}")
     assert all(r.extra["vectorised_problems"] == 6 for r in stacked)
     assert [r.restart for r in stacked] == [r.restart for r in looped]
     assert difference <= 1e-8
     for a, b in zip(stacked, looped):
         assert a.iterations == b.iterations == 30
         assert np.allclose(a.loss_trace, b.loss_trace, rtol=1e-8)
-    assert not transformed.vectorisable
-    assert all("vectorised_problems" not in r.extra for r in transformed_loop)
+
+
+@pytest.mark.parametrize("transform", ["none", "pruning", "clipping", "soteria", "eot"])
+def test_cmaes_scores_its_population_stacked_like_one_by_one(digits_splits, digits_generator,
+                                                             transform, monkeypatch):
+    """Each CMA-ES round scores its 50 candidates as one stacked batch: the same losses (in
+    float64) as the candidates one at a time, under every adaptive transformation and under
+    EOT's defense samples (applied per candidate)."""
+    from fedleak.attacks import gga
+    from fedleak.attacks.eot import DefenseSamples
+    from fedleak.attacks.label_inference import infer_labels
+
+    defense, strength = {"pruning": ("pruning", {"ratio": 0.5}),
+                         "clipping": ("clipping", {"bound": 0.5}),
+                         "soteria": ("soteria", {"ratio": 0.5}),
+                         "eot": ("dp_gaussian", {"sigma": 0.01})}.get(transform, ("none", {}))
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        model, x, y = victims(digits_splits["train"], 1, seed=3)[0]
+        obs = observe((model.double(), x.double(), y), defense, **strength)
+        attack = attacks.build("gga", generator=copy.deepcopy(digits_generator).double(),
+                               optimizer="cmaes", transform="none" if transform == "eot"
+                               else transform)
+        labels = infer_labels(obs)
+        z = torch.randn(50, 1, attack.latent_dim, generator=torch.Generator().manual_seed(0))
+
+        def scores() -> torch.Tensor:
+            if transform == "eot":  # the same defense draws for both paths
+                samples = DefenseSamples(defenses.build("dp_gaussian", sigma=0.01), obs, labels,
+                                         2, torch.Generator().manual_seed(1))
+                return attack._population_score(obs, labels, samples, False)(z)
+            return attack._population_score(obs, labels, adaptive_transform(transform, obs),
+                                            True)(z)
+
+        stacked = scores()
+        monkeypatch.setattr(gga, "unsupported", lambda model: ["(one by one)"])
+        one_by_one = scores()
+    finally:
+        torch.set_default_dtype(previous)
+    print(f"CMA-ES population ({transform}): max |stacked - one by one| "
+          f"{float((stacked - one_by_one).abs().max()):.3g}")
+    assert stacked.shape == (50,) and not stacked.requires_grad
+    assert torch.allclose(stacked, one_by_one, rtol=1e-10, atol=1e-12)

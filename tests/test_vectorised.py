@@ -9,7 +9,12 @@ import torch
 
 from fedleak import attacks, defenses
 from fedleak.attacks import stacked_gradients
-from fedleak.attacks.objectives import DISTANCES, RESIDUAL_DISTANCES, STACKED_DISTANCES
+from fedleak.attacks.objectives import (
+    DISTANCES,
+    RESIDUAL_DISTANCES,
+    STACKED_DISTANCES,
+    GradientProducts,
+)
 from fedleak.attacks.optimization import optimize_vectorised
 from fedleak.attacks.stacked_gradients import StackedModel, unsupported
 from fedleak.models import LeNet, ResNet
@@ -187,6 +192,30 @@ def test_stacked_distances_and_image_gradients_match_autograd_per_problem(
     assert torch.allclose(gradients, torch.stack(expected_gradients), rtol=1e-8, atol=1e-12)
 
 
+@pytest.mark.parametrize("network", ["lenet", "resnet10"])
+def test_formed_gradients_and_their_products_match_autograd_per_problem(network, float64):
+    """``StackedModel.gradients`` forms each problem's own trial gradient (what CMA-ES and the
+    adaptive transformations need), and ``GradientProducts.formed`` gives the distances the
+    product form gives (2 victims x 2 restarts, batches of 2, BatchNorm in training mode)."""
+    gen = torch.Generator().manual_seed(6)
+    model = (lenet(channels=1) if network == "lenet" else resnet10(width=64)).double().train()
+    images = torch.rand(4, 2, 1, 32, 32, generator=gen)
+    labels = torch.randint(0, 10, (4, 2), generator=gen)
+    stacked = StackedModel(model)
+    formed = stacked.gradients(images, labels)
+    assert list(formed) == [n for n, _ in model.named_parameters()]
+    for p in range(4):
+        expected = Update.of(model, images[p], labels[p])
+        assert all(torch.allclose(formed[n][p], g, rtol=1e-10, atol=1e-13)
+                   for n, g in expected.items())
+    targets = {n: torch.randn(2, *g.shape[1:], generator=gen) for n, g in formed.items()}
+    for distance, measure in STACKED_DISTANCES.items():
+        direct = measure(stacked.products(images, labels, targets,
+                                          distance in RESIDUAL_DISTANCES))
+        assert torch.allclose(measure(GradientProducts.formed(formed, targets)), direct,
+                              rtol=1e-10, atol=1e-12)
+
+
 def test_stacked_model_shares_parameters_and_leaves_running_statistics_alone():
     """Per-problem batch statistics and parameter copies give each problem the model's own
     training-mode output; ``model``'s parameters and running statistics are not written."""
@@ -212,6 +241,21 @@ def test_models_with_other_parametrised_layers_loop(digit_batch):
     looped = attacks.reconstruct_all(
         attacks.build("inverting_gradients", seed=SEED, iterations=2), observations)
     assert all("vectorised_problems" not in r.extra for r in looped)
+
+
+def test_formed_gradients_stack_only_where_forming_pays(digit_batch, monkeypatch):
+    """An L2 distance forms every stacked trial gradient: reconstruct_all stacks it on a
+    model within FORMED_PARAMETERS and loops above; cosine (products only) stacks either way."""
+    observations = observe(lenet(), *digit_batch)[:2]
+
+    def stacked(distance: str) -> bool:
+        attack = attacks.build("inverting_gradients", seed=SEED, iterations=2, distance=distance)
+        return all("vectorised_problems" in r.extra
+                   for r in attacks.reconstruct_all(attack, observations))
+
+    assert stacked("l2") and stacked("cosine")
+    monkeypatch.setattr(stacked_gradients, "FORMED_PARAMETERS", 1000)
+    assert not stacked("l2") and stacked("cosine")
 
 
 def test_a_diverging_problem_is_frozen_without_touching_the_others(digit_batch):

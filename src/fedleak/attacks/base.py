@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from fedleak.attacks.early_stopping import Stopper
-from fedleak.attacks.stacked_gradients import unsupported
+from fedleak.attacks.stacked_gradients import forming_pays, unsupported
 from fedleak.types import Observation
 from fedleak.utils.registry import Registry
 
@@ -56,12 +56,15 @@ def reconstruct_all(attack: Attack, observations: list[Observation],
     at once when the attack has it and the problems vectorise: one model object with
     parameters only in layers ``stacked_gradients`` stacks (Conv2d, Linear, BatchNorm), the
     same batch size and input shape, Adam, no stopper, no snapshots, more than one
-    problem (one problem loops faster), and the attack's ``vectorisable`` (when it has
-    one: GGA with Adam and no transformation), with a progress bar over victims (per
-    chunk of victims stacked together). Otherwise (L-BFGS attacks such as DLG/iDLG,
-    stoppers, CMA-ES, GGA's transformations, GIAS/GIML/GIFD) each victim is attacked in
-    turn with ``attack(obs)``, with a progress bar (per victim, with an ETA) labelled
-    ``progress``.
+    problem (one problem loops faster), the attack's ``vectorisable`` (when it has one:
+    GGA with Adam; GIAS/GIML in GI-x, GI-z, GI-z/w without +BN or sparsity) and, when the
+    attack's ``forms_gradients`` (an L2 distance or a transformation: each problem's trial
+    gradient is formed), a model for which that pays
+    (:func:`~fedleak.attacks.stacked_gradients.forming_pays`, measured), with a progress
+    bar over victims (per chunk of victims stacked together). Otherwise (L-BFGS attacks
+    such as DLG/iDLG, stoppers, CMA-ES, GIFD, large models under formed gradients) each
+    victim is attacked in turn with ``attack(obs)``, with a progress bar (per victim, with
+    an ETA) labelled ``progress``.
     ``snapshots`` asks for the reconstructions at those iterations (attacks whose
     ``__call__`` takes ``snapshots``; ValueError for the others).
     """
@@ -79,6 +82,7 @@ def reconstruct_all(attack: Attack, observations: list[Observation],
         and getattr(attack, "stopper", None) is None
         and getattr(attack, "optimizer", "adam") == "adam"
         and not unsupported(first.model)
+        and (not getattr(attack, "forms_gradients", False) or forming_pays(first.model))
         and all(obs.model is first.model and obs.batch_size == first.batch_size
                 and obs.input_shape == first.input_shape for obs in observations))
     if vectorisable:

@@ -22,6 +22,12 @@ std); ``adam``, lr 0.1 with a 5% linear warm-up and a cosine decay over the last
 iterations: pass those to reproduce it. CMA-ES samples from a local numpy Generator
 (cma's ``randn`` option) instead of cma's ``seed`` option, which reseeds numpy's
 global RNG; its loss trace is the best loss found so far after each round.
+
+Engine: each CMA-ES round scores its population as one batch stacked through the model
+(``stacked_gradients.StackedModel.gradients``, the candidates' trial gradients formed, then
+T); Adam stacks victims x restarts (``reconstruct_many``). Both loop instead on models where
+forming stacked gradients does not pay (``stacked_gradients.forming_pays``: above 2M
+parameters, e.g. ResNet-18, measured).
 """
 
 from __future__ import annotations
@@ -32,11 +38,18 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch import nn
+from torch.func import vmap
 
 from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import infer_labels
-from fedleak.attacks.objectives import Candidate, compose
+from fedleak.attacks.objectives import (
+    STACKED_DISTANCES,
+    Candidate,
+    GradientProducts,
+    compose,
+    penalty,
+)
 from fedleak.attacks.optimization import (
     StackedAttack,
     Trajectory,
@@ -46,6 +59,7 @@ from fedleak.attacks.optimization import (
     reconstruct_stacked,
 )
 from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
+from fedleak.attacks.stacked_gradients import StackedModel, forming_pays, unsupported
 from fedleak.types import Need, Observation, Update
 
 # A gradient transformation T: (trial gradient, trial images in [0, 1]) -> transformed gradient.
@@ -69,7 +83,8 @@ def ramped(iterations: int) -> Callable[[int], float]:
 
 
 def adaptive_transform(name: str, obs: Observation) -> Transform:
-    """The adaptive transformation T named ``name``, estimated from the received gradient."""
+    """The adaptive transformation T named ``name``, estimated from the received gradient;
+    it transforms one trial gradient or several stacked on leading dimensions."""
     received = obs.gradient
     if name == "none":
         return lambda trial, _: trial
@@ -78,8 +93,17 @@ def adaptive_transform(name: str, obs: Observation) -> Transform:
         return lambda trial, _: {k: v * masks[k] for k, v in trial.items()}
     if name == "clipping":
         bound = max(float(g.norm()) for g in received.values())
-        return lambda trial, _: {k: v * (bound / (v.norm() + 1e-12)).clamp(max=1.0)
-                                 for k, v in trial.items()}
+
+        def clip(trial: Update, _: torch.Tensor) -> Update:
+            out = {}
+            for k, v in trial.items():
+                dims = received[k].ndim  # the norm of each problem's layer
+                norm = v.flatten(v.ndim - dims).norm(dim=-1)
+                out[k] = v * (bound / (norm + 1e-12)).clamp(max=1.0).view(*norm.shape,
+                                                                          *(1,) * dims)
+            return out
+
+        return clip
     if name == "soteria":
         key, weight_grad = obs.classifier_gradient()
         columns = (weight_grad != 0).any(dim=0).to(weight_grad.dtype)
@@ -106,10 +130,12 @@ class GenerativeGradientLeakage:
     def _images(self, z: torch.Tensor, obs: Observation) -> torch.Tensor:
         return to_model_input(self.generator(z), obs.input_shape)
 
+    forms_gradients = True  # GGL's distance is L2: each stacked trial gradient is formed
+
     @property
     def vectorisable(self) -> bool:
-        """Adam without an adaptive transformation stacks victims x restarts."""
-        return self.optimizer == "adam" and self.transform == "none"
+        """Adam stacks victims x restarts (CMA-ES stacks each round's population instead)."""
+        return self.optimizer == "adam"
 
     def reconstruct_many(self, observations: list[Observation], progress: str | None = None
                          ) -> list[Reconstruction]:
@@ -117,9 +143,9 @@ class GenerativeGradientLeakage:
         optimised together (:func:`~fedleak.attacks.optimization.reconstruct_stacked`);
         victim v uses seed ``self.seed + v``, as the per-victim attack built with it."""
         if not self.vectorisable or self.stopper is not None:
-            raise ValueError(f"reconstruct_many stacks Adam without transform or stopper; got "
-                             f"optimizer={self.optimizer!r}, transform={self.transform!r}, "
-                             f"stopper={self.stopper} (use reconstruct_all to loop)")
+            raise ValueError(f"reconstruct_many stacks Adam without a stopper; got "
+                             f"optimizer={self.optimizer!r}, stopper={self.stopper} (use "
+                             "reconstruct_all to loop)")
         first = first_of(observations)
         self.generator.to(first.device)
 
@@ -131,7 +157,9 @@ class GenerativeGradientLeakage:
                     "lr_factor": ramped(self.iterations), "boxed": False}
         return reconstruct_stacked(observations, StackedAttack(
             draw=lambda obs, rng: obs.randn((obs.batch_size, self.latent_dim), rng),
-            labels=infer_labels, settings=settings, extra={"optimizer": "adam"}),
+            labels=infer_labels, settings=settings, extra={"optimizer": "adam"},
+            transform=None if self.transform == "none"
+            else lambda obs: adaptive_transform(self.transform, obs)),
             restarts=self.restarts, seed=self.seed, progress=progress)
 
     def __call__(self, obs: Observation, stopper: Stopper | None = None,
@@ -146,9 +174,9 @@ class GenerativeGradientLeakage:
 
         objective = compose("ggl", {"kl": self.kl})
 
-        def loss_of(z: torch.Tensor, images: torch.Tensor, create_graph: bool) -> torch.Tensor:
-            trial = transform(Update.of(obs.model, images, labels, create_graph=create_graph),
-                              images)
+        def loss_of(z: torch.Tensor) -> torch.Tensor:
+            images = self._images(z, obs)
+            trial = transform(Update.of(obs.model, images, labels, create_graph=True), images)
             return objective([trial[n] for n in names], target, Candidate(images, z))
 
         shape = (obs.batch_size, self.latent_dim)
@@ -157,12 +185,14 @@ class GenerativeGradientLeakage:
 
             def run_once(_: int) -> Trajectory:
                 z = obs.randn(shape, rng).requires_grad_(True)
-                return optimize([z], lambda: loss_of(z, self._images(z, obs), True),
+                return optimize([z], lambda: loss_of(z),
                                 optimizer="adam", lr=self.lr, iterations=self.iterations,
                                 lr_factor=ramped(self.iterations), stopper=stopper)
         else:
+            score = self._population_score(obs, labels, transform, trial_transform is None)
+
             def run_once(index: int) -> Trajectory:
-                return self._cmaes(obs, shape, loss_of, self.seed + index, stopper)
+                return self._cmaes(obs, shape, score, self.seed + index, stopper)
 
         best, index, seconds = best_of_restarts(run_once, self.restarts)
         with torch.no_grad():
@@ -171,8 +201,59 @@ class GenerativeGradientLeakage:
                               best.stop_reason, restart=index,
                               extra={"optimizer": self.optimizer})
 
+    def _population_score(self, obs: Observation, labels: torch.Tensor, transform: Transform,
+                          stackable: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The losses (N,) of N latent candidates (N, B, latent), without gradients: the
+        candidates run through the model as one batch (``StackedModel``, in chunks of
+        ``problems_per_step``), or one by one for a model it cannot stack. ``stackable``:
+        ``transform`` takes trial gradients stacked on a leading dimension (the adaptive T
+        does; EOT's defense samples are applied per candidate). One by one also where
+        stacking does not pay (``stacked_gradients.forming_pays``: large models)."""
+        names = [n for n, _ in obs.model.named_parameters()]
+        target = obs.target_gradient()
+
+        def images_of(z: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():
+                return self._images(z.flatten(0, 1), obs).unflatten(0, z.shape[:2])
+
+        if unsupported(obs.model) or not forming_pays(obs.model):
+            objective = compose("ggl", {"kl": self.kl})
+
+            def one_by_one(z: torch.Tensor) -> torch.Tensor:
+                losses = []
+                for x, latent in zip(images_of(z), z):
+                    trial = transform(Update.of(obs.model, x, labels), x)
+                    losses.append(objective([trial[n] for n in names], target,
+                                            Candidate(x, latent)).detach())
+                return torch.stack(losses)
+
+            return one_by_one
+        stacked = StackedModel(obs.model)
+        targets = {n: g.detach().unsqueeze(0) for n, g in zip(names, target)}
+        probe = torch.zeros(obs.batch_size, *obs.input_shape, device=obs.device)
+        per_step = stacked.problems_per_step(probe)
+        regularization = vmap(lambda x, z: penalty({"kl": self.kl})(Candidate(x, z)))
+
+        def apply(trial: dict[str, torch.Tensor], images: torch.Tensor) -> dict[str, torch.Tensor]:
+            if stackable:
+                return transform(trial, images)
+            parts = [transform(Update({k: g[p] for k, g in trial.items()}), images[p])
+                     for p in range(len(images))]
+            return {k: torch.stack([part[k] for part in parts]) for k in trial}
+
+        def score(z: torch.Tensor) -> torch.Tensor:
+            losses = []
+            for part in z.split(per_step):
+                images = images_of(part)
+                trial = stacked.gradients(images, labels.expand(len(part), -1))
+                products = GradientProducts.formed(apply(trial, images), targets)
+                losses.append(STACKED_DISTANCES["ggl"](products) + regularization(images, part))
+            return torch.cat(losses)
+
+        return score
+
     def _cmaes(self, obs: Observation, shape: tuple[int, int],
-               loss_of: Callable[[torch.Tensor, torch.Tensor, bool], torch.Tensor], seed: int,
+               score: Callable[[torch.Tensor], torch.Tensor], seed: int,
                stopper: Stopper | None) -> Trajectory:
         import cma
 
@@ -188,13 +269,9 @@ class GenerativeGradientLeakage:
         reason = "max_iterations"
         for _ in range(self.iterations):
             candidates = es.ask()
-            z = torch.as_tensor(np.stack(candidates), dtype=torch.float32).to(obs.device)
-            z = z.view(len(candidates), *shape)
-            with torch.no_grad():
-                images = self._images(z.flatten(0, 1), obs).view(len(candidates), shape[0],
-                                                                 *obs.input_shape)
-            losses = [float(loss_of(z[i], images[i], False).detach())
-                      for i in range(len(candidates))]
+            z = torch.as_tensor(np.stack(candidates), dtype=torch.get_default_dtype())
+            z = z.to(obs.device).view(len(candidates), *shape)
+            losses = score(z).tolist()
             finite = [v if math.isfinite(v) else math.inf for v in losses]
             es.tell(candidates, finite)
             round_best = int(np.argmin(finite))

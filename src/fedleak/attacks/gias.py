@@ -60,7 +60,7 @@ from fedleak.attacks.bn_statistics import (
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.gradinversion import bn_loss
 from fedleak.attacks.label_inference import infer_labels
-from fedleak.attacks.objectives import Candidate, compose
+from fedleak.attacks.objectives import RESIDUAL_DISTANCES, Candidate, compose
 from fedleak.attacks.optimization import (
     StackedAttack,
     Trajectory,
@@ -227,6 +227,11 @@ class GIAS:
         """GI-x, GI-z and GI-z/w's latent stage stack victims x restarts; +BN, the
         sparsified cost and GI-w's per-restart generators loop."""
         return self.space != "w" and not self.use_bn and self.sparsity == 0
+
+    @property
+    def forms_gradients(self) -> bool:
+        """An L2 distance forms each stacked problem's trial gradient."""
+        return self.distance in RESIDUAL_DISTANCES
 
     def reconstruct_many(self, observations: list[Observation], progress: str | None = None
                          ) -> list[Reconstruction]:

@@ -22,7 +22,7 @@ import torch
 from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import idlg_label
-from fedleak.attacks.objectives import Candidate, compose
+from fedleak.attacks.objectives import RESIDUAL_DISTANCES, Candidate, compose
 from fedleak.attacks.optimization import (
     StackedAttack,
     best_of_restarts,
@@ -71,6 +71,12 @@ class InvertingGradients:
         return Reconstruction(best.variables[0].detach().clamp(0, 1), labels, best.loss_trace,
                               best.iterations, seconds, best.stop_reason, restart=index,
                               snapshots=best.snapshots)
+
+    @property
+    def forms_gradients(self) -> bool:
+        """An L2 distance forms each stacked problem's trial gradient (cosine needs only
+        their products)."""
+        return self.distance in RESIDUAL_DISTANCES
 
     def reconstruct_many(self, observations: list[Observation], progress: str | None = None
                          ) -> list[Reconstruction]:

@@ -63,6 +63,23 @@ class GradientProducts:
     residual_sq: torch.Tensor
     layers: int
 
+    @classmethod
+    def formed(cls, trial: Mapping[str, torch.Tensor], targets: Mapping[str, torch.Tensor]
+               ) -> GradientProducts:
+        """The products of formed trial gradients, name -> (P, *shape) for P = V x R
+        problems (victim-major), with their targets, name -> (V, *shape)."""
+        dot = trial_sq = target_sq = residual_sq = 0
+        for name, target in targets.items():
+            expected = target.flatten(1).unsqueeze(2)  # (V, n, 1)
+            t = trial[name].unflatten(0, (len(target), -1)).flatten(2)  # (V, R, n)
+            dot = dot + (t @ expected).squeeze(2)
+            trial_sq = trial_sq + torch.linalg.vector_norm(t, dim=2) ** 2
+            target_sq = target_sq + torch.linalg.vector_norm(expected, dim=(1, 2)) ** 2
+            residual_sq = residual_sq + torch.linalg.vector_norm(t - expected.transpose(1, 2),
+                                                                 dim=2) ** 2
+        return cls(dot.flatten(), trial_sq.flatten(), target_sq.unsqueeze(1).expand_as(dot)
+                   .flatten(), residual_sq.flatten(), len(targets))
+
 
 def stacked_cosine(products: GradientProducts) -> torch.Tensor:
     denominator = products.trial_sq.sqrt() * products.target_sq.sqrt() + 1e-12

@@ -29,6 +29,7 @@ from fedleak.attacks.objectives import (
     RESIDUAL_DISTANCES,
     STACKED_DISTANCES,
     Candidate,
+    GradientProducts,
     check_distance,
     penalty,
 )
@@ -222,12 +223,15 @@ class BatchedTrajectory:
 
 
 Render = Callable[[torch.Tensor], torch.Tensor]
+# T(trial gradients name -> (P, *shape), images (P, B, ...)) -> transformed trial gradients
+StackedTransform = Callable[[dict[str, torch.Tensor], torch.Tensor], dict[str, torch.Tensor]]
 
 
 def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Tensor,
                         targets: dict[str, torch.Tensor], *, distance: str,
                         regularizers: Mapping[str, float] | None = None,
-                        render: Render | None = None, lr: float, iterations: int,
+                        render: Render | None = None,
+                        transform: StackedTransform | None = None, lr: float, iterations: int,
                         signed: bool = False, milestones: Sequence[float] = (),
                         gamma: float = 0.1, lr_factor: Callable[[int], float] | None = None,
                         boxed: bool = True, betas: tuple[float, float] = (0.9, 0.999),
@@ -239,7 +243,9 @@ def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Ten
     variable z, starting from ``start[v, r]`` (V, R, B, ...): the images themselves
     (x = z), or latent codes that ``render`` maps to images ((P, B, ...) -> (P, B, C, H,
     W)). ``labels`` is (V, B) and ``targets`` maps every parameter name of ``model`` to
-    (V, *shape). The distance (``objectives.DISTANCES``) is taken over all layers at once.
+    (V, *shape). The distance (``objectives.DISTANCES``) is taken over all layers at once,
+    from the trial gradients as ``transform`` (e.g. GGL's adaptive T) changes them when
+    one is given: those are then formed in full.
 
     Each step: the V x R problems' images run as one batch through ``model``
     (:class:`~fedleak.attacks.stacked_gradients.StackedModel`), which reduces their
@@ -284,7 +290,12 @@ def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Ten
     def batched() -> tuple[torch.Tensor, list[torch.Tensor]]:
         variable = x.detach().requires_grad_(True)
         images = variable if render is None else render(variable)
-        loss = measure(stacked.products(images, problem_labels, targets, residual))
+        if transform is None:
+            products = stacked.products(images, problem_labels, targets, residual)
+        else:
+            trial = stacked.gradients(images, problem_labels, create_graph=True)
+            products = GradientProducts.formed(transform(trial, images), targets)
+        loss = measure(products)
         if regularizers:
             loss = loss + (regularization(images) if render is None
                            else regularization(images, variable))
@@ -303,14 +314,28 @@ def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Ten
 class StackedAttack:
     """What an attack hands :func:`reconstruct_stacked`: one restart's start for a victim
     (drawn from the victim's generator), the victim's labels, the
-    :func:`optimize_vectorised` keywords (``render`` among them for latent variables) and
+    :func:`optimize_vectorised` keywords (``render`` among them for latent variables),
     the ``extra`` of every Reconstruction (with ``render``, also the victim's best
-    ``latent``)."""
+    ``latent``) and, when the trial gradients are transformed, the victim's transform
+    (``transform(obs)``, applied to that victim's restarts stacked on the first dimension)."""
 
     draw: Callable[[Observation, torch.Generator], torch.Tensor]
     labels: Callable[[Observation], torch.Tensor]
     settings: dict
     extra: dict = field(default_factory=dict)
+    transform: Callable[[Observation], StackedTransform] | None = None
+
+
+def per_victim(transforms: list[StackedTransform], restarts: int) -> StackedTransform:
+    """One transform for V victims x ``restarts`` problems (victim-major): victim v's
+    ``transforms[v]`` applied to its own restarts."""
+    def apply(trial: dict[str, torch.Tensor], images: torch.Tensor) -> dict[str, torch.Tensor]:
+        rows = [slice(v * restarts, (v + 1) * restarts) for v in range(len(transforms))]
+        parts = [t({k: g[r] for k, g in trial.items()}, images[r])
+                 for t, r in zip(transforms, rows)]
+        return {k: torch.cat([part[k] for part in parts]) for k in trial}
+
+    return apply
 
 
 def first_of(observations: list[Observation]) -> Observation:
@@ -368,9 +393,13 @@ def _stacked_chunk(observations: list[Observation], attack: StackedAttack, resta
     targets = {n: torch.stack([obs.gradient[n].detach().to(first.device)
                                for obs in observations])
                for n, _ in first.model.named_parameters()}
+    settings = dict(attack.settings)
+    if attack.transform is not None:
+        settings["transform"] = per_victim([attack.transform(obs) for obs in observations],
+                                           restarts)
     run = optimize_vectorised(first.model,
                               torch.stack([starts(v, o) for v, o in enumerate(observations)]),
-                              labels, targets, **attack.settings)
+                              labels, targets, **settings)
     best = run.best_restart()
     chosen = run.variables[torch.arange(len(observations), device=best.device), best]
     render = attack.settings.get("render")

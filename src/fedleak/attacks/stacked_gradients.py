@@ -41,6 +41,15 @@ from fedleak.attacks.objectives import GradientProducts
 # rate per problem of 8, whose unfolded first-stage inputs stay below it).
 STEP_TENSOR_BYTES = 32 * 2**20
 
+# The largest model (parameters) whose trial gradients, formed per problem (the L2
+# distances, the adaptive transformations, CMA-ES), stack faster than they loop. Measured
+# on 2 CPU threads, 3x32x32 images: a CMA-ES round of 50 candidates
+# (benchmarks/cmaes_population.py) stacked ran 3.8x the loop on LeNet, 1.3x on ResNet-10 of
+# width 16 (0.3M parameters), 1.1x at width 32 (1.2M), 0.84x at width 64 (4.9M), 0.78x on
+# ResNet-18 (11M); GGA's Adam (2 victims x 4 restarts) 1.6x at width 32, 1.06x at width 64,
+# 0.90x on ResNet-18.
+FORMED_PARAMETERS = 2_000_000
+
 
 class InputGradientConv(torch.autograd.Function):
     """``conv2d(x, weight)`` for a constant ``weight``; its backward, the input's gradient,
@@ -160,6 +169,12 @@ def unsupported(model: nn.Module) -> list[str]:
             if _stacked_layer(module) is None and list(module.parameters(recurse=False))]
 
 
+def forming_pays(model: nn.Module) -> bool:
+    """Whether problems whose trial gradients are formed stack faster than they loop:
+    ``model`` has at most :data:`FORMED_PARAMETERS` parameters."""
+    return sum(p.numel() for p in model.parameters()) <= FORMED_PARAMETERS
+
+
 def _converted(module: nn.Module, tape: _Tape, prefix: str = "") -> nn.Module:
     stacked = _stacked_layer(module)
     if stacked is not None:
@@ -226,6 +241,53 @@ class StackedModel:
                 sizes.append(kernel * layer.outputs[0, 0].numel() * len(layer.outputs))
         return max(1, STEP_TENSOR_BYTES // (max(sizes) * batch.element_size()))
 
+    def _output_gradients(self, images: torch.Tensor, labels: torch.Tensor,
+                          create_graph: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Run ``images`` (P, B, ...); each problem's loss is the mean cross-entropy of its
+        batch against ``labels`` (P, B). Returns the gradients of the weight layers'
+        outputs (tape order) and of the per-problem copies (``tape.copies`` order)."""
+        problems = len(images)
+        if not images.requires_grad:  # the layer outputs need a graph even without copies
+            images = images.detach().requires_grad_()
+        with torch.enable_grad():
+            logits = self._forward(images, problems)
+            losses = F.cross_entropy(logits, labels.flatten(), reduction="none")
+            layers = self.tape.layers
+            grads = torch.autograd.grad(losses.view(problems, -1).mean(1).sum(),
+                                        [layer.outputs for layer in layers]
+                                        + list(self.tape.copies.values()),
+                                        create_graph=create_graph)
+        return list(grads[:len(layers)]), list(grads[len(layers):])
+
+    @staticmethod
+    def _factors(layer: _Layer, g: torch.Tensor, problems: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(P, K, N) unfolded inputs and (P, C, N) output gradients of a weight layer, whose
+        trial gradient is their product (P, C, K)."""
+        if layer.conv is None:
+            return (_rows(_positions(layer.inputs).transpose(1, 2), problems),
+                    _rows(_positions(g).transpose(1, 2), problems))
+        conv = layer.conv
+        return (_rows(F.unfold(layer.inputs, conv.kernel_size, conv.dilation, conv.padding,
+                               conv.stride), problems),
+                _rows(g.flatten(2), problems))
+
+    def gradients(self, images: torch.Tensor, labels: torch.Tensor,
+                  create_graph: bool = False) -> dict[str, torch.Tensor]:
+        """The trial gradients of P problems, formed: parameter name -> (P, *shape), for
+        ``images`` (P, B, ...) and ``labels`` (P, B) (each problem's loss the mean
+        cross-entropy of its batch); differentiable in the images when ``create_graph``."""
+        problems = len(images)
+        output_grads, copied = self._output_gradients(images, labels, create_graph)
+        formed = {}
+        with torch.set_grad_enabled(create_graph):
+            for layer, g in zip(self.tape.layers, output_grads):
+                columns, outputs = self._factors(layer, g, problems)
+                shape = self.parameters[layer.weight].shape
+                formed[layer.weight] = (outputs @ columns.transpose(1, 2)).view(problems, *shape)
+        formed.update(zip(self.tape.copies, copied))
+        return {name: formed[name] for name in self.parameters}
+
     def products(self, images: torch.Tensor, labels: torch.Tensor,
                  targets: dict[str, torch.Tensor], residual: bool) -> GradientProducts:
         """Products of the trial gradients of ``images`` (V * R, B, ...), victim-major,
@@ -236,29 +298,16 @@ class StackedModel:
         problems = len(images)
         victims = len(next(iter(targets.values())))
         restarts = problems // victims
-        logits = self._forward(images, problems)
-        losses = F.cross_entropy(logits, labels.flatten(), reduction="none")
-        layers = self.tape.layers
-        copies = list(self.tape.copies.values())
-        grads = torch.autograd.grad(losses.view(problems, -1).mean(1).sum(),
-                                    [layer.outputs for layer in layers] + copies,
-                                    create_graph=True)
+        output_grads, copied = self._output_gradients(images, labels, create_graph=True)
 
         def by_victim(t: torch.Tensor) -> torch.Tensor:
             return t.unflatten(0, (victims, restarts))
 
         zero = images.new_zeros(problems)
         dot, trial_sq, residual_sq = zero, zero, zero
-        for layer, g in zip(layers, grads):
+        for layer, g in zip(self.tape.layers, output_grads):
             target = targets[layer.weight]
-            if layer.conv is None:
-                columns = _rows(_positions(layer.inputs).transpose(1, 2), problems)
-                outputs = _rows(_positions(g).transpose(1, 2), problems)
-            else:
-                conv = layer.conv
-                columns = _rows(F.unfold(layer.inputs, conv.kernel_size, conv.dilation,
-                                         conv.padding, conv.stride), problems)
-                outputs = _rows(g.flatten(2), problems)
+            columns, outputs = self._factors(layer, g, problems)
             (channels, rows), inputs = outputs.shape[1:], columns.shape[1]
             if not residual and rows * (channels + inputs) < channels * inputs:
                 trial_sq = trial_sq + ((outputs.transpose(1, 2) @ outputs)
@@ -272,7 +321,7 @@ class StackedModel:
             else:
                 dot = dot + (trial * expected).sum((2, 3)).flatten()
                 trial_sq = trial_sq + (trial * trial).sum((2, 3)).flatten()
-        for name, g in zip(self.tape.copies, grads[len(layers):]):
+        for name, g in zip(self.tape.copies, copied):
             expected = targets[name].flatten(1).unsqueeze(1)
             trial = by_victim(g)
             if residual:
