@@ -30,6 +30,28 @@ def commands(block: str) -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
+@pytest.fixture
+def float64():
+    """float64 by default while a test runs (the attack draws its start in the default dtype)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def stacked_and_looped(name: str, params: dict, observations: list) -> tuple[list, list, float]:
+    """Attack ``name`` with ``params`` (a ``seed`` among them) on all ``observations`` through
+    ``reconstruct_all``, beside the per-victim loop (victim v built with seed + v): both
+    lists of Reconstructions and their largest pixel difference."""
+    from fedleak import attacks
+
+    stacked = attacks.reconstruct_all(attacks.build(name, **params), observations)
+    looped = [attacks.build(name, **{**params, "seed": params["seed"] + v})(obs)
+              for v, obs in enumerate(observations)]
+    difference = max(float((a.images - b.images).abs().max()) for a, b in zip(stacked, looped))
+    return stacked, looped, difference
+
+
 @pytest.fixture(scope="session")
 def digits():
     from fedleak.data import load_digits

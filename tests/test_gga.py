@@ -16,6 +16,7 @@ import pytest
 import torch
 from conftest import lenet_victims as victims
 from conftest import observe_defended as observe
+from conftest import stacked_and_looped
 
 from fedleak import attacks, defenses, metrics
 from fedleak.attacks.gga import adaptive_transform
@@ -119,24 +120,16 @@ def test_gga_rejects_unknown_settings(digits_generator):
     ("none", "none", {}), ("pruning", "pruning", {"ratio": 0.5}),
     ("clipping", "clipping", {"bound": 0.5})])
 def test_gga_adam_stacks_victims_like_the_per_victim_loop(digits_splits, digits_generator,
-                                                          transform, defense, strength):
+                                                          transform, defense, strength, float64):
     """GGA with Adam, with or without its adaptive transformation: reconstruct_all stacks 3
     victims x 2 restarts of one model through the generator and reconstructs what the
     per-victim loop does (in float64: plain Adam amplifies float32 rounding chaotically)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        pool = victims(digits_splits["train"], 3)
-        model = pool[0][0].double()
-        observations = [observe((model, x.double(), y), defense, **strength) for _, x, y in pool]
-        params = {"generator": copy.deepcopy(digits_generator).double(), "optimizer": "adam",
-                  "iterations": 30, "restarts": 2, "seed": 5, "transform": transform}
-        stacked = attacks.reconstruct_all(attacks.build("gga", **params), observations)
-        looped = [attacks.build("gga", **{**params, "seed": 5 + v})(obs)
-                  for v, obs in enumerate(observations)]
-    finally:
-        torch.set_default_dtype(previous)
-    difference = max(float((a.images - b.images).abs().max()) for a, b in zip(stacked, looped))
+    pool = victims(digits_splits["train"], 3)
+    model = pool[0][0].double()
+    observations = [observe((model, x.double(), y), defense, **strength) for _, x, y in pool]
+    params = {"generator": copy.deepcopy(digits_generator).double(), "optimizer": "adam",
+              "iterations": 30, "restarts": 2, "seed": 5, "transform": transform}
+    stacked, looped, difference = stacked_and_looped("gga", params, observations)
     print(f"GGA Adam ({transform}), stacked vs loop: max pixel difference {difference:.3g}")
     assert all(r.extra["vectorised_problems"] == 6 for r in stacked)
     assert [r.restart for r in stacked] == [r.restart for r in looped]
@@ -148,7 +141,7 @@ def test_gga_adam_stacks_victims_like_the_per_victim_loop(digits_splits, digits_
 
 @pytest.mark.parametrize("transform", ["none", "pruning", "clipping", "soteria", "eot"])
 def test_cmaes_scores_its_population_stacked_like_one_by_one(digits_splits, digits_generator,
-                                                             transform, monkeypatch):
+                                                             transform, monkeypatch, float64):
     """Each CMA-ES round scores its 50 candidates as one stacked batch: the same losses (in
     float64) as the candidates one at a time, under every adaptive transformation and under
     EOT's defense samples (applied per candidate)."""
@@ -160,30 +153,25 @@ def test_cmaes_scores_its_population_stacked_like_one_by_one(digits_splits, digi
                          "clipping": ("clipping", {"bound": 0.5}),
                          "soteria": ("soteria", {"ratio": 0.5}),
                          "eot": ("dp_gaussian", {"sigma": 0.01})}.get(transform, ("none", {}))
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        model, x, y = victims(digits_splits["train"], 1, seed=3)[0]
-        obs = observe((model.double(), x.double(), y), defense, **strength)
-        attack = attacks.build("gga", generator=copy.deepcopy(digits_generator).double(),
-                               optimizer="cmaes", transform="none" if transform == "eot"
-                               else transform)
-        labels = infer_labels(obs)
-        z = torch.randn(50, 1, attack.latent_dim, generator=torch.Generator().manual_seed(0))
+    model, x, y = victims(digits_splits["train"], 1, seed=3)[0]
+    obs = observe((model.double(), x.double(), y), defense, **strength)
+    attack = attacks.build("gga", generator=copy.deepcopy(digits_generator).double(),
+                           optimizer="cmaes", transform="none" if transform == "eot"
+                           else transform)
+    labels = infer_labels(obs)
+    z = torch.randn(50, 1, attack.latent_dim, generator=torch.Generator().manual_seed(0))
 
-        def scores() -> torch.Tensor:
-            if transform == "eot":  # the same defense draws for both paths
-                samples = DefenseSamples(defenses.build("dp_gaussian", sigma=0.01), obs, labels,
-                                         2, torch.Generator().manual_seed(1))
-                return attack._population_score(obs, labels, samples, False)(z)
-            return attack._population_score(obs, labels, adaptive_transform(transform, obs),
-                                            True)(z)
+    def scores() -> torch.Tensor:
+        if transform == "eot":  # the same defense draws for both paths
+            samples = DefenseSamples(defenses.build("dp_gaussian", sigma=0.01), obs, labels,
+                                     2, torch.Generator().manual_seed(1))
+            return attack._population_score(obs, labels, samples, False)(z)
+        return attack._population_score(obs, labels, adaptive_transform(transform, obs),
+                                        True)(z)
 
-        stacked = scores()
-        monkeypatch.setattr(gga, "unsupported", lambda model: ["(one by one)"])
-        one_by_one = scores()
-    finally:
-        torch.set_default_dtype(previous)
+    stacked = scores()
+    monkeypatch.setattr(gga, "unsupported", lambda model: ["(one by one)"])
+    one_by_one = scores()
     print(f"CMA-ES population ({transform}): max |stacked - one by one| "
           f"{float((stacked - one_by_one).abs().max()):.3g}")
     assert stacked.shape == (50,) and not stacked.requires_grad

@@ -18,6 +18,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from conftest import stacked_and_looped
 from torch import nn
 
 from fedleak import attacks, defenses, metrics
@@ -145,25 +146,18 @@ def test_table1_ordering_on_digits(digits_splits, digits_generator):
 
 @pytest.mark.parametrize("variant", ["x", "z/w"])
 def test_stacked_victims_reconstruct_what_the_per_victim_loop_does(digits_splits,
-                                                                  digits_generator, variant):
+                                                                  digits_generator, variant,
+                                                                  float64):
     """reconstruct_all stacks the image (GI-x) or latent (GI-z/w) searches of 3 victims x 2
     restarts of one BatchNorm model (batches of 4), then runs GI-z/w's parameter search
     per victim: the loop's results, in float64 (plain Adam amplifies float32 rounding)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        batches = victim_batches(digits_splits["train"], 3, seed=3)
-        model = batches[0][0].double()
-        observations = [observe(model, x.double(), y) for _, x, y in batches]
-        params = {"generator": copy.deepcopy(digits_generator).double(), "variant": variant,
-                  "latent_iterations": 8, "parameter_iterations": 4, "image_iterations": 8,
-                  "restarts": 2, "seed": 7}
-        stacked = attacks.reconstruct_all(attacks.build("gias", **params), observations)
-        looped = [attacks.build("gias", **{**params, "seed": 7 + v})(obs)
-                  for v, obs in enumerate(observations)]
-    finally:
-        torch.set_default_dtype(previous)
-    difference = max(float((a.images - b.images).abs().max()) for a, b in zip(stacked, looped))
+    batches = victim_batches(digits_splits["train"], 3, seed=3)
+    model = batches[0][0].double()
+    observations = [observe(model, x.double(), y) for _, x, y in batches]
+    params = {"generator": copy.deepcopy(digits_generator).double(), "variant": variant,
+              "latent_iterations": 8, "parameter_iterations": 4, "image_iterations": 8,
+              "restarts": 2, "seed": 7}
+    stacked, looped, difference = stacked_and_looped("gias", params, observations)
     print(f"GIAS {variant}, stacked vs loop: max pixel difference {difference:.3g}")
     assert all(r.extra["vectorised_problems"] == 6 for r in stacked)
     assert difference <= 1e-8

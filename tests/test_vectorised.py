@@ -73,15 +73,6 @@ def digit_batch(digits):
     return digits.x[chosen], digits.y[chosen]
 
 
-@pytest.fixture
-def float64():
-    """float64 by default while a test runs (the attack draws its start in the default dtype)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
-
-
 def test_signed_default_equals_the_per_victim_loop(digit_batch):
     """Paper configuration (signed Adam, milestones, box), 3 victims x 2 restarts, 50 steps."""
     model = lenet()
