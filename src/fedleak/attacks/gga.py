@@ -116,6 +116,7 @@ class GenerativeGradientLeakage:
     """GGL's latent search (CENSOR Eq. 6) with CMA-ES or Adam; see the module docstring."""
 
     needs = {"generator": Need("gan")}
+    forms_gradients = True  # GGL's distance is L2: each stacked trial gradient is formed
 
     def __init__(self, *, generator: nn.Module, optimizer: str, iterations: int, lr: float,
                  kl: float, population: int, sigma: float, transform: str, restarts: int,
@@ -129,8 +130,6 @@ class GenerativeGradientLeakage:
 
     def _images(self, z: torch.Tensor, obs: Observation) -> torch.Tensor:
         return to_model_input(self.generator(z), obs.input_shape)
-
-    forms_gradients = True  # GGL's distance is L2: each stacked trial gradient is formed
 
     @property
     def vectorisable(self) -> bool:
@@ -232,7 +231,8 @@ class GenerativeGradientLeakage:
         targets = {n: g.detach().unsqueeze(0) for n, g in zip(names, target)}
         probe = torch.zeros(obs.batch_size, *obs.input_shape, device=obs.device)
         per_step = stacked.problems_per_step(probe)
-        regularization = vmap(lambda x, z: penalty({"kl": self.kl})(Candidate(x, z)))
+        kl = penalty({"kl": self.kl})
+        regularization = vmap(lambda x, z: kl(Candidate(x, z)))
 
         def apply(trial: dict[str, torch.Tensor], images: torch.Tensor) -> dict[str, torch.Tensor]:
             if stackable:
