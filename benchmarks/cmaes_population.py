@@ -19,12 +19,12 @@ min and max. The crossover sets ``stacked_gradients.FORMED_PARAMETERS``.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 import torch
+from timing import alternating
 
 from fedleak import attacks, defenses, models
 from fedleak.attacks import gga
@@ -67,24 +67,16 @@ def main() -> None:
         attack = attacks.build("gga", generator=generator, transform=args.transform)
         labels, transform = infer_labels(obs), gga.adaptive_transform(args.transform, obs)
         z = torch.randn(args.population, 1, 100, generator=torch.Generator().manual_seed(0))
-        times: dict[str, list[float]] = {"stacked": [], "loop": []}
-        for repeat in range(args.repeats + 1):  # the first of each path: warm-up
-            order = ["stacked", "loop"] if repeat % 2 == 0 else ["loop", "stacked"]
-            for path in order:
-                gga.forming_pays = (lambda _: True) if path == "stacked" else (lambda _: False)
-                score = attack._population_score(obs, labels, transform, True)
-                start = time.perf_counter()
-                score(z)
-                if repeat:
-                    times[path].append(time.perf_counter() - start)
+        scorers = {}
+        for path, pays in (("stacked", True), ("loop", False)):
+            gga.forming_pays = lambda _, pays=pays: pays  # the scorer picks its path when built
+            scorers[path] = attack._population_score(obs, labels, transform, True)
         gga.forming_pays = stacking
         row = {"model": name, "parameters": sum(p.numel() for p in model.parameters()),
                "transform": args.transform, "population": args.population,
                "threads": args.threads, "repeats": args.repeats}
-        for path, values in times.items():
-            row[f"{path}_seconds"] = statistics.median(values)
-            row[f"{path}_seconds_min"], row[f"{path}_seconds_max"] = min(values), max(values)
-        row["stacked_speedup"] = row["loop_seconds"] / row["stacked_seconds"]
+        row.update(alternating({path: partial(score, z) for path, score in scorers.items()},
+                               args.repeats))
         rows.append(row)
         print(f"{name:12} {row['parameters'] / 1e6:6.2f}M  stacked {row['stacked_seconds']:.3f}s"
               f"  loop {row['loop_seconds']:.3f}s  stacked/loop speed "

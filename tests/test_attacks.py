@@ -126,3 +126,18 @@ def test_hybrid_early_stopping_on_mnist_keeps_success_and_halves_iterations(mnis
           f"hybrid {rate(early):.2f} in {early_iters:.1f} iterations")
     assert rate(early) >= rate(full) - 0.10
     assert early_iters <= 0.5 * full_iters
+
+
+def test_regularisers_compose_by_name_and_name_what_they_miss():
+    """``penalty`` sums weight x regulariser by name; a latent term without a latent, or an
+    unknown name, says which."""
+    from fedleak.attacks.objectives import Candidate, penalty
+
+    images = torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    z = torch.tensor([[3.0, 4.0], [0.0, 1.0]])
+    total = penalty({"latent_norm": 0.5, "l2": 2.0})(Candidate(images, z))
+    assert torch.allclose(total, 0.5 * (5.0 + 1.0) + 2.0 * images.norm())
+    with pytest.raises(ValueError, match="'latent_norm' regulariser needs a latent"):
+        penalty({"latent_norm": 1.0})(Candidate(images))
+    with pytest.raises(ValueError, match=r"unknown regulariser\(s\) \['tvv'\]"):
+        penalty({"tvv": 1.0})

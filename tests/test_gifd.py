@@ -9,10 +9,13 @@ latent-only search (GGA-style, GIFD's own stage 0 run for the whole budget).
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 from conftest import lenet_victims as victims
+from conftest import stacked_and_looped
 
 from fedleak import attacks, defenses, metrics
 from fedleak.attacks.gifd import project_l1_ball
@@ -40,6 +43,29 @@ def test_feature_search_beats_latent_only_search(digits_splits, digits_generator
     assert all(r.extra["stage"] > 0 for r in runs["gifd"])
     assert np.all(loss["gifd"] < loss["latent"])
     assert psnr["gifd"].mean() >= psnr["latent"].mean() + 3.0
+
+
+@pytest.mark.parametrize("transform", ["none", "clipping"])
+def test_stacked_victims_reconstruct_what_the_loop_does(digits_splits, digits_generator,
+                                                        transform, float64):
+    """reconstruct_all runs each stage of 3 victims x 2 restarts stacked (the latent, then
+    two feature stages inside small l1 balls): the loop's images, (restart, stage)
+    choices, stage losses and loss traces, in float64."""
+    pool = victims(digits_splits["train"], 3)
+    model = pool[0][0].double()
+    observations = [observe((model, x.double(), y)) for _, x, y in pool]
+    params = {"generator": copy.deepcopy(digits_generator).double(), "steps": (6, 4, 4),
+              "radii": (0.01, 0.01), "restarts": 2, "transform": transform, "seed": 3}
+    stacked, looped, difference = stacked_and_looped("gifd", params, observations)
+    print(f"GIFD ({transform}) stacked vs loop: max pixel difference {difference:.3g}, "
+          f"(restart, stage) {[(r.restart, r.extra['stage']) for r in stacked]}")
+    assert all(r.extra["vectorised_problems"] == 6 for r in stacked)
+    assert difference <= 1e-8
+    for a, b in zip(stacked, looped):
+        assert (a.restart, a.iterations, a.extra["stage"]) == (b.restart, b.iterations,
+                                                               b.extra["stage"])
+        assert np.allclose(a.extra["stage_losses"], b.extra["stage_losses"], rtol=1e-8)
+        assert np.allclose(a.loss_trace, b.loss_trace, rtol=1e-8)
 
 
 def test_l1_projection_is_the_closest_point_of_the_ball():

@@ -9,6 +9,7 @@ import torch
 
 from fedleak import attacks, defenses
 from fedleak.attacks import stacked_gradients
+from fedleak.attacks.bn_statistics import batch_statistics, batchnorm_layers
 from fedleak.attacks.objectives import (
     DISTANCES,
     RESIDUAL_DISTANCES,
@@ -217,6 +218,22 @@ def test_stacked_model_shares_parameters_and_leaves_running_statistics_alone():
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     for p in range(3):
         assert torch.allclose(out[p], model(x[p]), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_stacked_batchnorm_statistics_are_each_problems_own(mode, float64):
+    """GradInversion's R_BN stacked: every BatchNorm layer's per-problem input moments,
+    as the per-victim forward hooks record them, in training and in eval mode."""
+    model = resnet10(width=8).double().train(mode == "train")
+    x = torch.rand(3, 2, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+    stacked = StackedModel(model)
+    stacked._forward(x, 3)
+    moments = stacked.batchnorm_statistics()
+    assert len(moments) == len(batchnorm_layers(model)) == 12
+    for p in range(3):
+        for (mean, var), (own_mean, own_var) in zip(moments, batch_statistics(model, x[p])):
+            assert torch.allclose(mean[p], own_mean, rtol=1e-10, atol=1e-12)
+            assert torch.allclose(var[p], own_var, rtol=1e-10, atol=1e-12)
 
 
 def test_models_with_other_parametrised_layers_loop(digit_batch):

@@ -58,11 +58,12 @@ from fedleak.attacks.bn_statistics import (
     preserved_buffers,
 )
 from fedleak.attacks.early_stopping import Stopper
-from fedleak.attacks.gradinversion import bn_loss
+from fedleak.attacks.gradinversion import bn_loss, stacked_statistics
 from fedleak.attacks.label_inference import infer_labels
-from fedleak.attacks.objectives import RESIDUAL_DISTANCES, Candidate, compose
+from fedleak.attacks.objectives import RESIDUAL_DISTANCES, Candidate, compose, penalty
 from fedleak.attacks.optimization import (
     StackedAttack,
+    StackedPrior,
     Trajectory,
     best_of_restarts,
     clamp_unit,
@@ -139,12 +140,11 @@ def latent_search(generator: nn.Module, z: torch.Tensor, cost: Cost,
                   z_norm: float = 0.0, stopper: Stopper | None = None) -> Trajectory:
     """Eq. 5 (and GIML's regularised Alg. 2 line 6): Adam on z, the generator fixed."""
     z = z.requires_grad_(True)
+    latent_penalty = penalty({"latent_norm": z_norm} if z_norm > 0 else {})
 
     def objective() -> torch.Tensor:
-        loss = cost(to_model_input(generator(z), input_shape))
-        if z_norm > 0:
-            loss = loss + z_norm * z.flatten(1).norm(dim=1).sum()
-        return loss
+        images = to_model_input(generator(z), input_shape)
+        return cost(images) + latent_penalty(Candidate(images, z))
 
     return optimize([z], objective, optimizer="adam", lr=lr, iterations=iterations,
                     milestones=MILESTONES, stopper=stopper)
@@ -224,9 +224,9 @@ class GIAS:
 
     @property
     def vectorisable(self) -> bool:
-        """GI-x, GI-z and GI-z/w's latent stage stack victims x restarts; +BN, the
+        """GI-x, GI-z and GI-z/w's latent stage (+BN too) stack victims x restarts; the
         sparsified cost and GI-w's per-restart generators loop."""
-        return self.space != "w" and not self.use_bn and self.sparsity == 0
+        return self.space != "w" and self.sparsity == 0
 
     @property
     def forms_gradients(self) -> bool:
@@ -241,7 +241,7 @@ class GIAS:
         ``self.seed + v`` as the per-victim attack; GI-z/w's parameter search then runs
         per victim from its best latent code."""
         if not self.vectorisable or self.stopper is not None:
-            raise ValueError(f"reconstruct_many stacks GI-x, GI-z and GI-z/w without +BN, "
+            raise ValueError(f"reconstruct_many stacks GI-x, GI-z and GI-z/w without "
                              f"sparsity or stopper; got variant={self.variant!r}, "
                              f"sparsity={self.sparsity}, stopper={self.stopper} "
                              "(use reconstruct_all to loop)")
@@ -257,9 +257,18 @@ class GIAS:
             settings.update(lr=self.lr_z, iterations=self.latent_iterations, boxed=False,
                             render=lambda z: generate([frozen], z.flatten(0, 1),
                                                       first.input_shape).unflatten(0, z.shape[:2]))
+        prior = None
+        if self.use_bn:
+            targets = {id(obs): _bn_target(obs) for obs in observations}  # checked up front
+
+            def prior(chunk: list[Observation], restarts: int) -> StackedPrior:
+                stats = stacked_statistics([targets[id(obs)] for obs in chunk], restarts)
+                return lambda _, stacked: self.bn * bn_loss(stacked.batchnorm_statistics(),
+                                                            stats, FIRST_BN_WEIGHT)
         stacked = reconstruct_stacked(observations, StackedAttack(
             draw=lambda obs, rng: obs.randn((obs.batch_size, *shape), rng), labels=infer_labels,
-            settings=settings), restarts=self.restarts, seed=self.seed, progress=progress)
+            settings=settings, prior=prior), restarts=self.restarts, seed=self.seed,
+            progress=progress)
         share = (time.perf_counter() - start) / len(observations)
         out = []
         for rec, obs in zip(stacked, observations):
@@ -273,7 +282,8 @@ class GIAS:
         """GI-z/w's parameter search (Eq. 7) for one victim from its stacked latent stage."""
         began = time.perf_counter()
         z = rec.extra["latent"].to(obs.device)
-        cost = inversion_cost(obs, rec.labels, distance=self.distance, tv=self.tv)
+        cost = inversion_cost(obs, rec.labels, distance=self.distance, tv=self.tv,
+                              bn=self.bn if self.use_bn else 0.0)
         with preserved_buffers(obs.model):
             images, search = self._parameter_stage(obs, cost, frozen, z, None)
         rec.extra["iterations"]["w"] = search.iterations

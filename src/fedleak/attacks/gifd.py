@@ -23,6 +23,11 @@ so here a radius is a fraction of the l1 norm of the image's feature at the stag
 0.1, 0.125, 0.15 by default (on digits with DP noise, larger radii let the later stages
 fit the noise and lower PSNR). The official latent stage also renormalises z after each
 step (its ``SphericalOptimizer``); that is not done here.
+
+Engine: each stage of all victims x restarts runs as one stacked problem
+(``reconstruct_many``, the l1 projections per image); with an adaptive T each problem's
+trial gradient is formed, which stacks only on models where that pays
+(``stacked_gradients.forming_pays``). EOT's sampled T loops per victim.
 """
 
 from __future__ import annotations
@@ -37,9 +42,25 @@ from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.gga import Transform, adaptive_transform, ramped
 from fedleak.attacks.label_inference import infer_labels
-from fedleak.attacks.objectives import Candidate, compose, cosine_distance
-from fedleak.attacks.optimization import Trajectory, optimize
+from fedleak.attacks.objectives import (
+    STACKED_DISTANCES,
+    Candidate,
+    GradientProducts,
+    compose,
+    cosine_distance,
+)
+from fedleak.attacks.optimization import (
+    BatchedTrajectory,
+    Trajectory,
+    first_of,
+    in_chunks,
+    optimize,
+    optimize_vectorised,
+    per_victim,
+    victim_targets,
+)
 from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
+from fedleak.attacks.stacked_gradients import StackedModel
 from fedleak.types import Need, Observation, Update
 
 
@@ -77,6 +98,11 @@ class GIFD:
     """Latent, then intermediate-feature search of a generator; see the module docstring."""
 
     needs = {"generator": Need("gan")}
+
+    @property
+    def forms_gradients(self) -> bool:
+        """An adaptive transformation forms each stacked problem's trial gradient."""
+        return self.transform != "none"
 
     def __init__(self, *, generator: nn.Module, steps: Sequence[int], lr: float,
                  radii: Sequence[float], tv: float, image_norm: float, transform: str,
@@ -156,3 +182,86 @@ class GIFD:
                               time.perf_counter() - start, trajectories[-1].stop_reason,
                               restart=restart,
                               extra={"stage": index, "stage_losses": [s for _, s, _ in runs]})
+
+    def reconstruct_many(self, observations: list[Observation], progress: str | None = None
+                         ) -> list[Reconstruction]:
+        """One Reconstruction per observation, every stage of victims x restarts optimised
+        together (:func:`~fedleak.attacks.optimization.optimize_vectorised`, in chunks):
+        victim v with seed ``self.seed + v`` as the per-victim attack, the same stage
+        chain, l1 projections and (restart, stage) choice."""
+        if self.stopper is not None:
+            raise ValueError(f"reconstruct_many cannot stop early; got stopper={self.stopper} "
+                             "(use reconstruct_all to loop)")
+        self.generator.to(first_of(observations).device)
+        return in_chunks(observations, self.restarts, progress, self._stacked_chunk)
+
+    def _stacked_chunk(self, observations: list[Observation], begin: int
+                       ) -> list[Reconstruction]:
+        start, first = time.perf_counter(), observations[0]
+        victims, restarts, shape = len(observations), self.restarts, first.input_shape
+        labels = torch.stack([infer_labels(obs) for obs in observations])
+        targets = victim_targets(observations)
+        transform = None if self.transform == "none" else per_victim(
+            [adaptive_transform(self.transform, obs) for obs in observations], restarts)
+        settings = {"distance": "cosine", "regularizers": {"tv": self.tv, "l2": self.image_norm},
+                    "transform": transform, "lr": self.lr, "boxed": False}
+        scorer = StackedModel(first.model)
+
+        def stage(variable: torch.Tensor, decode: nn.Module, iterations: int,
+                  ratio: float | None) -> tuple[BatchedTrajectory, torch.Tensor, torch.Tensor]:
+            """One stage of every problem: its run, (V, R) gradient loss, final images."""
+            def render(v: torch.Tensor) -> torch.Tensor:
+                return to_model_input(decode(v.flatten(0, 1)), shape).unflatten(0, v.shape[:2])
+
+            project = None
+            if ratio is not None:  # each image's change within ratio x its start's l1 norm
+                origin = variable.flatten(0, 2).clone()
+                radius = ratio * origin.flatten(1).abs().sum(1)
+
+                def project(x: torch.Tensor) -> None:
+                    rows = x.view_as(origin)
+                    rows.copy_(origin + project_l1_ball(rows - origin, radius))
+
+            run = optimize_vectorised(first.model, variable, labels, targets, render=render,
+                                      iterations=iterations, lr_factor=ramped(iterations),
+                                      project=project, **settings)
+            with torch.no_grad():
+                images = render(run.variables.flatten(0, 1))  # (P, B, C, H, W)
+            problem_labels = labels.repeat_interleave(restarts, 0)
+            if transform is None:  # products only, as the stage itself
+                products = scorer.products(images, problem_labels, targets, residual=False)
+            else:
+                products = GradientProducts.formed(
+                    transform(scorer.gradients(images, problem_labels), images), targets)
+            loss = STACKED_DISTANCES["cosine"](products).detach()
+            return run, loss.view(victims, restarts), images.clamp(0, 1).unflatten(
+                0, (victims, restarts))
+
+        latent = torch.stack([self._latents(obs, torch.Generator().manual_seed(
+            self.seed + begin + v)) for v, obs in enumerate(observations)])
+        runs = [stage(latent, self.generator, self.steps[0], None)]
+        feature = self.blocks[0](runs[0][0].variables.flatten(0, 2)
+                                 .view(-1, self.latent_dim, 1, 1))
+        for k, iterations in enumerate(self.steps[1:], start=1):
+            runs.append(stage(feature.unflatten(0, latent.shape[:3]), nn.Sequential(
+                *self.blocks[k:]), iterations, self.radii[k - 1]))
+            feature = self.blocks[k](runs[-1][0].variables.flatten(0, 2))
+        losses = torch.stack([loss for _, loss, _ in runs], dim=2).cpu()  # (V, R, stages)
+        share = (time.perf_counter() - start) / victims
+        out = []
+        for v in range(victims):
+            restart, index = divmod(int(losses[v].flatten().argmin()), len(runs))
+            trace = []
+            for run, _, _ in runs:
+                trace += run.loss_trace[:int(run.iterations[v, restart]), v, restart].tolist()
+            out.append(Reconstruction(
+                runs[index][2][v, restart], labels[v], trace, len(trace), share,
+                "diverged" if runs[-1][0].diverged[v, restart] else "max_iterations",
+                restart=restart, extra={"stage": index, "stage_losses": losses[v, restart].tolist(),
+                                        "vectorised_problems": victims * restarts}))
+        return out
+
+    def _latents(self, obs: Observation, rng: torch.Generator) -> torch.Tensor:
+        """The restarts' starting latent codes (R, B, latent), drawn as the loop draws them."""
+        return torch.stack([obs.randn((obs.batch_size, self.latent_dim), rng)
+                            for _ in range(self.restarts)])

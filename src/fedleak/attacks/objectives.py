@@ -12,6 +12,7 @@ Regularisers ``(candidate) -> penalty`` of a :class:`Candidate`:
     tv     anisotropic total variation mean|dx| + mean|dy| (Geiping et al. Eq. 4)
     l2     the images' L2 norm (GIFD's ``image_norm``)
     kl     GGL's KL(z || N(0, 1)) from each latent row's mean and biased variance
+    latent_norm  the sum of the latent rows' L2 norms (GIML, Jeon et al. 2021, Alg. 2 line 6)
 The priors of one paper (GradInversion's per-pixel image norm, BatchNorm statistics and
 group consistency; GIAS's BatchNorm term) stay with the attack that introduced them,
 which adds them to the composed loss.
@@ -115,16 +116,17 @@ def kl_to_standard_normal(z: torch.Tensor) -> torch.Tensor:
     return -0.5 * (1 + torch.log(var + 1e-10) - mean**2 - var).sum()
 
 
-def _latent(candidate: Candidate) -> torch.Tensor:
+def _latent(candidate: Candidate, name: str) -> torch.Tensor:
     if candidate.latent is None:
-        raise ValueError("the 'kl' regulariser needs a latent vector; this attack has none")
+        raise ValueError(f"the {name!r} regulariser needs a latent vector; this attack has none")
     return candidate.latent
 
 
 REGULARIZERS: dict[str, Callable[[Candidate], torch.Tensor]] = {
     "tv": lambda c: total_variation(c.images),
     "l2": lambda c: c.images.norm(),
-    "kl": lambda c: kl_to_standard_normal(_latent(c)),
+    "kl": lambda c: kl_to_standard_normal(_latent(c, "kl")),
+    "latent_norm": lambda c: _latent(c, "latent_norm").flatten(1).norm(dim=1).sum(),
 }
 
 Objective = Callable[[Gradients, Gradients, Candidate], torch.Tensor]

@@ -225,27 +225,33 @@ class BatchedTrajectory:
 Render = Callable[[torch.Tensor], torch.Tensor]
 # T(trial gradients name -> (P, *shape), images (P, B, ...)) -> transformed trial gradients
 StackedTransform = Callable[[dict[str, torch.Tensor], torch.Tensor], dict[str, torch.Tensor]]
+# an attack's own term: (images (P, B, ...), the model that just ran them) -> (P,), called
+# once per step (GradInversion's R_BN from StackedModel.batchnorm_statistics, its group term)
+StackedPrior = Callable[[torch.Tensor, StackedModel], torch.Tensor]
 
 
 def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Tensor,
                         targets: dict[str, torch.Tensor], *, distance: str,
                         regularizers: Mapping[str, float] | None = None,
                         render: Render | None = None,
-                        transform: StackedTransform | None = None, lr: float, iterations: int,
+                        transform: StackedTransform | None = None,
+                        prior: StackedPrior | None = None, lr: float, iterations: int,
                         signed: bool = False, milestones: Sequence[float] = (),
                         gamma: float = 0.1, lr_factor: Callable[[int], float] | None = None,
-                        boxed: bool = True, betas: tuple[float, float] = (0.9, 0.999),
+                        boxed: bool = True, project: Callable[[torch.Tensor], None] | None = None,
+                        betas: tuple[float, float] = (0.9, 0.999),
                         eps: float = 1e-8) -> BatchedTrajectory:
     """Adam on V x R gradient-matching problems at once (Geiping et al., NeurIPS 2020, Eq. 4).
 
     Problem (v, r) minimises ``distance(grad_theta CE(model(x), labels[v]), targets[v])
-    + sum of weight * regulariser(x, z)`` (``objectives.penalty(regularizers)``) over its
-    variable z, starting from ``start[v, r]`` (V, R, B, ...): the images themselves
-    (x = z), or latent codes that ``render`` maps to images ((P, B, ...) -> (P, B, C, H,
-    W)). ``labels`` is (V, B) and ``targets`` maps every parameter name of ``model`` to
-    (V, *shape). The distance (``objectives.DISTANCES``) is taken over all layers at once,
-    from the trial gradients as ``transform`` (e.g. GGL's adaptive T) changes them when
-    one is given: those are then formed in full.
+    + sum of weight * regulariser(x, z)`` (``objectives.penalty(regularizers)``), plus
+    ``prior(images, stacked model)`` (P,) when given, over its variable z, starting from
+    ``start[v, r]`` (V, R, B, ...): the images themselves (x = z), or latent codes that
+    ``render`` maps to images ((P, B, ...) -> (P, B, C, H, W)). ``labels`` is (V, B) and
+    ``targets`` maps every parameter name of ``model`` to (V, *shape). The distance
+    (``objectives.DISTANCES``) is taken over all layers at once, from the trial gradients
+    as ``transform`` (e.g. GGL's adaptive T) changes them when one is given: those are
+    then formed in full.
 
     Each step: the V x R problems' images run as one batch through ``model``
     (:class:`~fedleak.attacks.stacked_gradients.StackedModel`), which reduces their
@@ -255,8 +261,9 @@ def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Ten
     own objective. :func:`optimize` runs them as V x R stacked problems: Adam (on the
     sign of the gradient when ``signed``), the lr multiplied by ``gamma`` at each
     fraction of ``iterations`` in ``milestones`` or by ``lr_factor(t)`` at step t,
-    ``boxed`` projecting onto [0, 1]; a problem that turns non-finite is frozen at its
-    last finite iterate. The loss trace stays on the device (no host sync).
+    ``boxed`` projecting onto [0, 1] and ``project`` (in place, on the (P, ...)
+    variables) after every step; a problem that turns non-finite is frozen at its last
+    finite iterate. The loss trace stays on the device (no host sync).
     """
     check_distance(distance)
     regularize = penalty(regularizers)
@@ -287,6 +294,12 @@ def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Ten
         regularization = vmap(lambda x, z: regularize(Candidate(x, z)))
     x = start.detach().flatten(0, 1).clone().requires_grad_(True)
 
+    def projection(variables: list[torch.Tensor]) -> None:
+        if boxed:
+            clamp_unit(variables)
+        if project is not None:
+            project(variables[0])
+
     def batched() -> tuple[torch.Tensor, list[torch.Tensor]]:
         variable = x.detach().requires_grad_(True)
         images = variable if render is None else render(variable)
@@ -296,6 +309,8 @@ def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Ten
             trial = stacked.gradients(images, problem_labels, create_graph=True)
             products = GradientProducts.formed(transform(trial, images), targets)
         loss = measure(products)
+        if prior is not None:
+            loss = loss + prior(images, stacked)
         if regularizers:
             loss = loss + (regularization(images) if render is None
                            else regularization(images, variable))
@@ -304,7 +319,7 @@ def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Ten
 
     run = optimize([x], batched, optimizer="adam", lr=lr, iterations=iterations,
                    signed=signed, milestones=milestones, gamma=gamma, lr_factor=lr_factor,
-                   betas=betas, eps=eps, project=clamp_unit if boxed else None)
+                   betas=betas, eps=eps, project=projection)
     grid = (victims, restarts)
     return BatchedTrajectory(x.detach().unflatten(0, grid), run.loss_trace.unflatten(1, grid),
                              run.iterations.unflatten(0, grid), run.diverged.unflatten(0, grid))
@@ -317,13 +332,19 @@ class StackedAttack:
     :func:`optimize_vectorised` keywords (``render`` among them for latent variables),
     the ``extra`` of every Reconstruction (with ``render``, also the victim's best
     ``latent``) and, when the trial gradients are transformed, the victim's transform
-    (``transform(obs)``, applied to that victim's restarts stacked on the first dimension)."""
+    (``transform(obs)``, applied to that victim's restarts stacked on the first dimension).
+    ``prior(observations, restarts)`` gives the :data:`StackedPrior` of a chunk of victims
+    (victim-major problems). ``choose(obs, images (R, B, ...), labels)`` makes a victim's
+    restarts one joint problem (GradInversion's seeds): it returns the restart to keep
+    and what it adds to ``extra``, and the loss trace is the restarts' sum."""
 
     draw: Callable[[Observation, torch.Generator], torch.Tensor]
     labels: Callable[[Observation], torch.Tensor]
     settings: dict
     extra: dict = field(default_factory=dict)
     transform: Callable[[Observation], StackedTransform] | None = None
+    prior: Callable[[list[Observation], int], StackedPrior] | None = None
+    choose: Callable[[Observation, torch.Tensor, torch.Tensor], tuple[int, dict]] | None = None
 
 
 def per_victim(transforms: list[StackedTransform], restarts: int) -> StackedTransform:
@@ -350,15 +371,22 @@ def reconstruct_stacked(observations: list[Observation], attack: StackedAttack, 
                         restarts: int, seed: int, progress: str | None = None
                         ) -> list[Reconstruction]:
     """One Reconstruction per observation, victims x restarts optimised together by
-    :func:`optimize_vectorised`.
+    :func:`optimize_vectorised` (in chunks, :func:`in_chunks`): victim v draws its
+    ``restarts`` starts in turn from a generator seeded ``seed + v``, as the per-victim
+    attack built with that seed does, and keeps its restart of lowest final loss."""
+    return in_chunks(observations, restarts, progress,
+                     lambda part, begin: _stacked_chunk(part, attack, restarts, seed + begin))
 
-    The observations must share the model object, batch size and input shape; victim v
-    draws its ``restarts`` starts in turn from a generator seeded ``seed + v``, as the
-    per-victim attack built with that seed does, and keeps its restart of lowest final
-    loss. The victims go in chunks of ``StackedModel.problems_per_step`` problems (ResNet-18
-    on 32x32 images: 13, so one victim a chunk at 8 restarts), with a progress bar over
-    victims labelled ``progress``; ``wall_time`` is the victim's share of its chunk.
-    """
+
+def in_chunks(observations: list[Observation], restarts: int, progress: str | None,
+              run: Callable[[list[Observation], int], list[Reconstruction]]
+              ) -> list[Reconstruction]:
+    """``run(chunk, index of its first victim)`` over the observations in chunks of
+    ``StackedModel.problems_per_step`` problems of ``restarts`` each (ResNet-18 on 32x32
+    images: 13, so one victim a chunk at 8 restarts), with a progress bar over victims
+    labelled ``progress``; ``wall_time`` is then the victim's share of its chunk.
+
+    The observations must share the model object, batch size and input shape."""
     first = first_of(observations)
     for v, obs in enumerate(observations):
         if obs.model is not first.model:
@@ -375,9 +403,16 @@ def reconstruct_stacked(observations: list[Observation], attack: StackedAttack, 
               disable=progress is None, leave=False) as bar:
         for begin in range(0, len(observations), chunk):
             part = observations[begin:begin + chunk]
-            out += _stacked_chunk(part, attack, restarts, seed + begin)
+            out += run(part, begin)
             bar.update(len(part))
     return out
+
+
+def victim_targets(observations: list[Observation]) -> dict[str, torch.Tensor]:
+    """The observed gradients of victims sharing one model: name -> (V, *shape)."""
+    first = observations[0]
+    return {n: torch.stack([obs.gradient[n].detach().to(first.device) for obs in observations])
+            for n, _ in first.model.named_parameters()}
 
 
 def _stacked_chunk(observations: list[Observation], attack: StackedAttack, restarts: int,
@@ -390,34 +425,52 @@ def _stacked_chunk(observations: list[Observation], attack: StackedAttack, resta
         return torch.stack([attack.draw(obs, rng) for _ in range(restarts)])
 
     labels = torch.stack([attack.labels(obs) for obs in observations])
-    targets = {n: torch.stack([obs.gradient[n].detach().to(first.device)
-                               for obs in observations])
-               for n, _ in first.model.named_parameters()}
+    targets = victim_targets(observations)
     settings = dict(attack.settings)
     if attack.transform is not None:
         settings["transform"] = per_victim([attack.transform(obs) for obs in observations],
                                            restarts)
+    if attack.prior is not None:
+        settings["prior"] = attack.prior(observations, restarts)
     run = optimize_vectorised(first.model,
                               torch.stack([starts(v, o) for v, o in enumerate(observations)]),
                               labels, targets, **settings)
-    best = run.best_restart()
-    chosen = run.variables[torch.arange(len(observations), device=best.device), best]
     render = attack.settings.get("render")
-    with torch.no_grad():
-        images = chosen if render is None else render(chosen)
-    latents = None if render is None else chosen.detach().cpu()
+    if attack.choose is None:
+        best = run.best_restart()
+        chosen = run.variables[torch.arange(len(observations), device=best.device), best]
+        with torch.no_grad():
+            images = chosen if render is None else render(chosen)
+        latents = None if render is None else chosen.detach().cpu()
+        best = best.cpu()
+        chosen_extra = [{} for _ in observations]
+    else:
+        with torch.no_grad():
+            every = run.variables if render is None else render(run.variables)
+        every = every.detach().clamp(0, 1)
+        picks = [attack.choose(obs, every[v], labels[v]) for v, obs in enumerate(observations)]
+        best = torch.tensor([r for r, _ in picks])
+        images = every[torch.arange(len(observations)), best]
+        latents = None if render is None else run.variables[torch.arange(len(observations)),
+                                                            best.to(run.variables.device)].cpu()
+        chosen_extra = [extra for _, extra in picks]
     # the one host sync of the chunk
-    trace, counts, diverged, best = (t.cpu() for t in (run.loss_trace, run.iterations,
-                                                        run.diverged, best))
+    trace, counts, diverged = (t.cpu() for t in (run.loss_trace, run.iterations, run.diverged))
     share = (time.perf_counter() - start) / len(observations)
     out = []
     for v in range(len(observations)):
         r = int(best[v])
-        steps = int(counts[v, r])
-        extra = {**attack.extra, "vectorised_problems": len(observations) * restarts}
+        extra = {**attack.extra, **chosen_extra[v],
+                 "vectorised_problems": len(observations) * restarts}
         if latents is not None:
             extra["latent"] = latents[v]
+        if attack.choose is None:  # the kept restart's own run
+            steps, failed = int(counts[v, r]), bool(diverged[v, r])
+            losses = trace[:steps, v, r]
+        else:  # one joint problem: the restarts' summed loss, up to the first divergence
+            steps, failed = int(counts[v].min()), bool(diverged[v].any())
+            losses = trace[:steps, v].sum(1)
         out.append(Reconstruction(
-            images[v].detach().clamp(0, 1), labels[v], trace[:steps, v, r].tolist(), steps,
-            share, "diverged" if diverged[v, r] else "max_iterations", restart=r, extra=extra))
+            images[v].detach().clamp(0, 1), labels[v], losses.tolist(), steps, share,
+            "diverged" if failed else "max_iterations", restart=r, extra=extra))
     return out

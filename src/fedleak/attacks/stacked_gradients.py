@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedleak.attacks.bn_statistics import batchnorm_layers
 from fedleak.attacks.objectives import GradientProducts
 
 # glibc's default ceiling on its mmap threshold: a larger tensor is mapped afresh and
@@ -86,12 +87,14 @@ class _Layer:
 
 class _Tape:
     """What the stacked layers share during one forward: the problem count, the
-    per-problem copies of the small parameters, and the weight layers in call order."""
+    per-problem copies of the small parameters, the weight layers in call order and each
+    BatchNorm layer's stacked input (with its moments where BatchNorm computed them)."""
 
     def __init__(self) -> None:
         self.problems = 1
         self.copies: dict[str, torch.Tensor] = {}
         self.layers: list[_Layer] = []
+        self.norm_inputs: dict[nn.Module, tuple[torch.Tensor, Moments | None]] = {}
 
     def per_problem(self, name: str, ndim: int) -> torch.Tensor:
         """The copy of parameter ``name`` (P, C) shaped to broadcast over (P, B, C, ...)."""
@@ -128,6 +131,17 @@ class _StackedLinear(nn.Module):
         return self.tape.add_bias(z, None if self.layer.bias is None else self.prefix + "bias")
 
 
+Moments = tuple[torch.Tensor, torch.Tensor]
+
+
+def _moments(stacked: torch.Tensor) -> Moments:
+    """Per problem and channel, the mean and biased variance of a (P, B, C, ...) input,
+    kept broadcastable (P, 1, C, 1, ...)."""
+    var, mean = torch.var_mean(stacked, dim=(1, *range(3, stacked.ndim)), unbiased=False,
+                               keepdim=True)
+    return mean, var
+
+
 class _StackedBatchNorm(nn.Module):
     """BatchNorm per problem: in training mode (or without running statistics) each
     problem's own batch mean and biased variance; its own copy of scale and shift."""
@@ -139,11 +153,12 @@ class _StackedBatchNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         layer, stacked = self.layer, x.unflatten(0, (self.tape.problems, -1))
         if layer.training or layer.running_mean is None:
-            var, mean = torch.var_mean(stacked, dim=(1, *range(3, stacked.ndim)),
-                                       unbiased=False, keepdim=True)
+            mean, var = moments = _moments(stacked)
         else:
+            moments = None
             channel = (1, 1, -1, *(1,) * (stacked.ndim - 3))
             mean, var = layer.running_mean.view(channel), layer.running_var.view(channel)
+        self.tape.norm_inputs[layer] = (stacked, moments)
         out = (stacked - mean) * torch.rsqrt(var + layer.eps)
         if layer.affine:
             out = (out * self.tape.per_problem(self.prefix + "weight", out.ndim - 1)
@@ -213,7 +228,7 @@ class StackedModel:
             raise ValueError(f"cannot stack problems through {', '.join(missing)}: expected "
                              "parameters only in Conv2d (groups=1, zero padding), Linear and "
                              "BatchNorm layers")
-        self.parameters = dict(model.named_parameters())
+        self.model, self.parameters = model, dict(model.named_parameters())
         self.tape = _Tape()
         self.stacked = _converted(model, self.tape)
         weights = {layer.prefix + "weight" for layer in self.stacked.modules()
@@ -222,7 +237,7 @@ class StackedModel:
         self._target_sq: tuple[object, torch.Tensor] = (None, torch.empty(0))
 
     def _forward(self, images: torch.Tensor, problems: int) -> torch.Tensor:
-        self.tape.problems, self.tape.layers = problems, []
+        self.tape.problems, self.tape.layers, self.tape.norm_inputs = problems, [], {}
         self.tape.copies = {n: p.detach().expand(problems, *p.shape).requires_grad_()
                             for n, p in self.parameters.items() if n in self.copied}
         return self.stacked(images.flatten(0, 1))
@@ -258,6 +273,19 @@ class StackedModel:
                                         + list(self.tape.copies.values()),
                                         create_graph=create_graph)
         return list(grads[:len(layers)]), list(grads[len(layers):])
+
+    def batchnorm_statistics(self) -> list[Moments]:
+        """Per BatchNorm layer of the model (``model.modules()`` order, as
+        :class:`~fedleak.attacks.bn_statistics.BNRecorder`), the (P, C) per-problem mean and
+        biased variance of its input in the last forward: GradInversion's R_BN, stacked."""
+        stats = []
+        for layer in batchnorm_layers(self.model):
+            if layer not in self.tape.norm_inputs:
+                raise RuntimeError(f"BatchNorm layer {layer} did not run in the last forward")
+            stacked, moments = self.tape.norm_inputs[layer]
+            mean, var = _moments(stacked) if moments is None else moments
+            stats.append((mean.flatten(1), var.flatten(1)))
+        return stats
 
     @staticmethod
     def _factors(layer: _Layer, g: torch.Tensor, problems: int

@@ -1,0 +1,111 @@
+"""Seconds per attack of victims x restarts stacked against the per-victim loop, for the
+attacks with hooks beyond a plain distance: GradInversion (Yin et al., CVPR 2021: R_BN,
+group consistency), GIAS +BN (Jeon et al., NeurIPS 2021) and GIFD's chained stages
+(Fang et al., ICCV 2023).
+
+``stacked`` is ``attack.reconstruct_many`` (what ``attacks.reconstruct_all`` runs where the
+problems stack); ``loop`` builds the attack per victim with seed ``seed + v`` and runs it,
+as ``reconstruct_all`` does otherwise. Both give the same reconstructions up to rounding
+(tests/test_gradinversion.py, test_gias.py, test_gifd.py). Victims: random 3x32x32 images
+with distinct labels on a train-mode model; BatchNorm models match the client's exact
+statistics (GradInversion ``bn: exact``, GIAS ``x+BN``). The generator (GIFD) is an
+untrained DCGAN: the cost, not the result, is measured. Timed in an order alternated each
+repeat after one warm-up of each; medians with min and max.
+
+    python benchmarks/stacked_attacks.py --threads 2 [--attacks gradinversion gias gifd]
+        [--models lenet resnet10-16 resnet10-32 resnet18] [--victims 2] [--restarts 4]
+        [--iterations 20] [--repeats 3] [--out FILE.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+import torch
+from cmaes_population import model_named
+from timing import alternating
+
+from fedleak import attacks
+from fedleak.attacks.bn_statistics import batch_statistics, batchnorm_layers
+from fedleak.models.dcgan import Generator
+from fedleak.types import Update
+
+
+def observations(model: torch.nn.Module, victims: int) -> list[attacks.Observation]:
+    """One single-image update per victim, with its batch's BN statistics."""
+    rng = torch.Generator().manual_seed(1)
+    out = []
+    for v in range(victims):
+        x, y = torch.rand(1, 3, 32, 32, generator=rng), torch.tensor([v % 10])
+        out.append(attacks.Observation(
+            model=model, gradient=Update.of(model, x, y).detached(), batch_size=1, labels=y,
+            bn_statistics=batch_statistics(model, x) if batchnorm_layers(model) else None))
+    return out
+
+
+def parameters(attack: str, model: torch.nn.Module, iterations: int, restarts: int) -> dict:
+    """The attack's settings at ``iterations`` steps (GIFD: split over its stages)."""
+    has_bn = bool(batchnorm_layers(model))
+    if attack == "gradinversion":
+        return {"iterations": iterations, "lr": 0.1, "bn": "exact" if has_bn else "none",
+                "restarts": restarts, "group_start": iterations // 2,
+                "group_every": max(1, iterations // 4)}
+    if attack == "gias":
+        return {"variant": "x+BN" if has_bn else "x", "image_iterations": iterations,
+                "restarts": restarts, "bn": 1e-4}
+    stage = max(1, iterations // 4)
+    return {"generator": Generator(100, 3, 32).eval(), "steps": (2 * stage, stage, stage),
+            "restarts": restarts}
+
+
+def run(path: str, attack: str, params: dict, observed: list[attacks.Observation]) -> None:
+    """The victims attacked ``stacked`` (``reconstruct_many``) or in a ``loop``."""
+    if path == "stacked":
+        attacks.build(attack, **params).reconstruct_many(observed)
+    else:
+        for v, obs in enumerate(observed):
+            attacks.build(attack, **params, seed=v)(obs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--attacks", nargs="+", default=["gradinversion", "gias", "gifd"],
+                        choices=["gradinversion", "gias", "gifd"])
+    parser.add_argument("--models", nargs="+",
+                        default=["lenet", "resnet10-16", "resnet10-32", "resnet18"])
+    parser.add_argument("--victims", type=int, default=2)
+    parser.add_argument("--restarts", type=int, default=4)
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/out/stacked_attacks.csv"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    rows = []
+    for name in args.models:
+        torch.manual_seed(0)
+        model = model_named(name).train()
+        observed = observations(model, args.victims)
+        for attack in args.attacks:
+            params = parameters(attack, model, args.iterations, args.restarts)
+            row = {"attack": attack, "model": name,
+                   "parameters": sum(p.numel() for p in model.parameters()),
+                   "victims": args.victims, "restarts": args.restarts,
+                   "iterations": args.iterations, "threads": args.threads,
+                   "repeats": args.repeats}
+            row.update(alternating({path: partial(run, path, attack, params, observed)
+                                    for path in ("stacked", "loop")}, args.repeats))
+            rows.append(row)
+            print(f"{attack:14} {name:12} stacked {row['stacked_seconds']:.2f}s  loop "
+                  f"{row['loop_seconds']:.2f}s  stacked/loop speed {row['stacked_speedup']:.2f}x",
+                  flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(args.out, index=False, float_format="%.6g", lineterminator="\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
