@@ -1,18 +1,18 @@
 """Seconds per attack of victims x restarts stacked against the per-victim loop, for the
 attacks with hooks beyond a plain distance: GradInversion (Yin et al., CVPR 2021: R_BN,
-group consistency), GIAS +BN (Jeon et al., NeurIPS 2021) and GIFD's chained stages
-(Fang et al., ICCV 2023).
+group consistency), GIAS +BN and GI-z/w's per-image generator copies (Jeon et al.,
+NeurIPS 2021) and GIFD's chained stages (Fang et al., ICCV 2023).
 
 ``stacked`` is ``attack.reconstruct_many`` (what ``attacks.reconstruct_all`` runs where the
 problems stack); ``loop`` builds the attack per victim with seed ``seed + v`` and runs it,
 as ``reconstruct_all`` does otherwise. Both give the same reconstructions up to rounding
 (tests/test_gradinversion.py, test_gias.py, test_gifd.py). Victims: random 3x32x32 images
 with distinct labels on a train-mode model; BatchNorm models match the client's exact
-statistics (GradInversion ``bn: exact``, GIAS ``x+BN``). The generator (GIFD) is an
-untrained DCGAN: the cost, not the result, is measured. Timed in an order alternated each
-repeat after one warm-up of each; medians with min and max.
+statistics (GradInversion ``bn: exact``, GIAS ``x+BN`` and ``z/w+BN``). The generator
+(GI-z/w, GIFD) is an untrained DCGAN: the cost, not the result, is measured. Timed in an
+order alternated each repeat after one warm-up of each; medians with min and max.
 
-    python benchmarks/stacked_attacks.py --threads 2 [--attacks gradinversion gias gifd]
+    python benchmarks/stacked_attacks.py --threads 2 [--attacks gradinversion gias gias-zw gifd]
         [--models lenet resnet10-16 resnet10-32 resnet18] [--victims 2] [--restarts 4]
         [--iterations 20] [--repeats 3] [--out FILE.csv]
 """
@@ -46,19 +46,27 @@ def observations(model: torch.nn.Module, victims: int) -> list[attacks.Observati
     return out
 
 
-def parameters(attack: str, model: torch.nn.Module, iterations: int, restarts: int) -> dict:
-    """The attack's settings at ``iterations`` steps (GIFD: split over its stages)."""
+def parameters(attack: str, model: torch.nn.Module, iterations: int, restarts: int
+               ) -> tuple[str, dict]:
+    """The registered attack and its settings at ``iterations`` steps (GIFD: split over its
+    stages; GI-z/w: half latent, half parameter search)."""
     has_bn = bool(batchnorm_layers(model))
+    generator = Generator(100, 3, 32).eval()
     if attack == "gradinversion":
-        return {"iterations": iterations, "lr": 0.1, "bn": "exact" if has_bn else "none",
-                "restarts": restarts, "group_start": iterations // 2,
-                "group_every": max(1, iterations // 4)}
+        return attack, {"iterations": iterations, "lr": 0.1, "bn": "exact" if has_bn else "none",
+                        "restarts": restarts, "group_start": iterations // 2,
+                        "group_every": max(1, iterations // 4)}
     if attack == "gias":
-        return {"variant": "x+BN" if has_bn else "x", "image_iterations": iterations,
-                "restarts": restarts, "bn": 1e-4}
+        return attack, {"variant": "x+BN" if has_bn else "x", "image_iterations": iterations,
+                        "restarts": restarts, "bn": 1e-4}
+    if attack == "gias-zw":
+        half = max(1, iterations // 2)
+        return "gias", {"variant": "z/w+BN" if has_bn else "z/w", "generator": generator,
+                        "latent_iterations": half, "parameter_iterations": half,
+                        "restarts": restarts, "bn": 1e-4}
     stage = max(1, iterations // 4)
-    return {"generator": Generator(100, 3, 32).eval(), "steps": (2 * stage, stage, stage),
-            "restarts": restarts}
+    return attack, {"generator": generator, "steps": (2 * stage, stage, stage),
+                    "restarts": restarts}
 
 
 def run(path: str, attack: str, params: dict, observed: list[attacks.Observation]) -> None:
@@ -72,8 +80,9 @@ def run(path: str, attack: str, params: dict, observed: list[attacks.Observation
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--attacks", nargs="+", default=["gradinversion", "gias", "gifd"],
-                        choices=["gradinversion", "gias", "gifd"])
+    parser.add_argument("--attacks", nargs="+",
+                        default=["gradinversion", "gias", "gias-zw", "gifd"],
+                        choices=["gradinversion", "gias", "gias-zw", "gifd"])
     parser.add_argument("--models", nargs="+",
                         default=["lenet", "resnet10-16", "resnet10-32", "resnet18"])
     parser.add_argument("--victims", type=int, default=2)
@@ -90,13 +99,13 @@ def main() -> None:
         model = model_named(name).train()
         observed = observations(model, args.victims)
         for attack in args.attacks:
-            params = parameters(attack, model, args.iterations, args.restarts)
+            registered, params = parameters(attack, model, args.iterations, args.restarts)
             row = {"attack": attack, "model": name,
                    "parameters": sum(p.numel() for p in model.parameters()),
                    "victims": args.victims, "restarts": args.restarts,
                    "iterations": args.iterations, "threads": args.threads,
                    "repeats": args.repeats}
-            row.update(alternating({path: partial(run, path, attack, params, observed)
+            row.update(alternating({path: partial(run, path, registered, params, observed)
                                     for path in ("stacked", "loop")}, args.repeats))
             rows.append(row)
             print(f"{attack:14} {name:12} stacked {row['stacked_seconds']:.2f}s  loop "

@@ -57,12 +57,12 @@ def reconstruct_all(attack: Attack, observations: list[Observation],
     parameters only in layers ``stacked_gradients`` stacks (Conv2d, Linear, BatchNorm), the
     same batch size and input shape, Adam, no stopper, no snapshots, more than one
     problem (one problem loops faster), the attack's ``vectorisable`` (when it has one:
-    GGA with Adam; GIAS/GIML but GI-w and the sparsified cost) and, when the attack's
+    GGA with Adam; GIAS/GIML but the sparsified cost) and, when the attack's
     ``forms_gradients`` (each problem's trial gradient is formed, for an L2 distance or
     a transformation, and that was measured to pay only on small models), a model for
     which it pays (:func:`~fedleak.attacks.stacked_gradients.forming_pays`), with a progress
     bar over victims (per chunk of victims stacked together). Otherwise (L-BFGS attacks
-    such as DLG/iDLG, stoppers, CMA-ES, GI-w, EOT, large models under formed gradients)
+    such as DLG/iDLG, stoppers, CMA-ES, EOT, large models under formed gradients)
     each victim is attacked in turn with ``attack(obs)``, with a progress bar (per
     victim, with an ETA) labelled ``progress``.
     ``snapshots`` asks for the reconstructions at those iterations (attacks whose

@@ -38,6 +38,11 @@ restarts run in lockstep. As in the official code, the restarts of GI-z/w are
 those of the latent search: the parameter search runs once, from the best latent
 code (for a deterministic generator every restart of that stage is identical).
 GI-w draws a new z per restart.
+
+Engine: every variant but the sparsified cost stacks victims x restarts
+(``reconstruct_many``); the parameter search holds the generator copies of all
+problems' images as stacked weights rendered through ``torch.func``
+(:func:`per_image_generators`).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from dataclasses import replace
 
 import torch
 from torch import nn
+from torch.func import functional_call, vmap
 
 from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.bn_statistics import (
@@ -62,14 +68,18 @@ from fedleak.attacks.gradinversion import bn_loss, stacked_statistics
 from fedleak.attacks.label_inference import infer_labels
 from fedleak.attacks.objectives import RESIDUAL_DISTANCES, Candidate, compose, penalty
 from fedleak.attacks.optimization import (
+    BatchedTrajectory,
     StackedAttack,
     StackedPrior,
     Trajectory,
     best_of_restarts,
     clamp_unit,
     first_of,
+    in_chunks,
     optimize,
     reconstruct_stacked,
+    stacked_loss,
+    victim_targets,
 )
 from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
 from fedleak.types import Need, Observation, Update
@@ -159,6 +169,23 @@ def generate(generators: Sequence[nn.Module], z: torch.Tensor,
                           input_shape)
 
 
+def per_image_generators(generator: nn.Module, input_shape: tuple[int, int, int]
+                         ) -> Callable[[dict[str, torch.Tensor], torch.Tensor], torch.Tensor]:
+    """:func:`generate` for P stacked problems: ``render(weights, z)`` maps each problem's
+    B generator copies (``weights``: parameter name -> (P, B, *shape)) and codes z
+    (P, B, latent) to images (P, B, ...), image k of a problem from its copy k."""
+    def one(weights: dict[str, torch.Tensor], code: torch.Tensor) -> torch.Tensor:
+        return functional_call(generator, weights, (code.unsqueeze(0),)).squeeze(0)
+
+    each = vmap(one)
+
+    def render(weights: dict[str, torch.Tensor], z: torch.Tensor) -> torch.Tensor:
+        images = each({n: w.flatten(0, 1) for n, w in weights.items()}, z.flatten(0, 1))
+        return to_model_input(images, input_shape).unflatten(0, z.shape[:2])
+
+    return render
+
+
 def trainable_copies(generator: nn.Module, count: int) -> list[nn.Module]:
     """``count`` eval-mode copies of ``generator`` whose weights require gradients."""
     return [copy.deepcopy(generator).eval().requires_grad_(True) for _ in range(count)]
@@ -224,9 +251,8 @@ class GIAS:
 
     @property
     def vectorisable(self) -> bool:
-        """GI-x, GI-z and GI-z/w's latent stage (+BN too) stack victims x restarts; the
-        sparsified cost and GI-w's per-restart generators loop."""
-        return self.space != "w" and self.sparsity == 0
+        """Every variant (+BN too) stacks victims x restarts; the sparsified cost loops."""
+        return self.sparsity == 0
 
     @property
     def forms_gradients(self) -> bool:
@@ -235,28 +261,17 @@ class GIAS:
 
     def reconstruct_many(self, observations: list[Observation], progress: str | None = None
                          ) -> list[Reconstruction]:
-        """One Reconstruction per observation: the image (GI-x) or latent (GI-z, GI-z/w)
-        searches of victims x restarts optimised together
-        (:func:`~fedleak.attacks.optimization.reconstruct_stacked`), victim v with seed
-        ``self.seed + v`` as the per-victim attack; GI-z/w's parameter search then runs
-        per victim from its best latent code."""
+        """One Reconstruction per observation, the searches of victims x restarts optimised
+        together, victim v with seed ``self.seed + v`` as the per-victim attack: the image
+        (GI-x) or latent (GI-z, GI-z/w) search through
+        :func:`~fedleak.attacks.optimization.reconstruct_stacked`, the parameter search
+        (GI-w; GI-z/w from each victim's best latent code) through
+        :meth:`_stacked_parameters`."""
         if not self.vectorisable or self.stopper is not None:
-            raise ValueError(f"reconstruct_many stacks GI-x, GI-z and GI-z/w without "
-                             f"sparsity or stopper; got variant={self.variant!r}, "
-                             f"sparsity={self.sparsity}, stopper={self.stopper} "
-                             "(use reconstruct_all to loop)")
+            raise ValueError(f"reconstruct_many stacks GIAS without sparsity or stopper; got "
+                             f"variant={self.variant!r}, sparsity={self.sparsity}, "
+                             f"stopper={self.stopper} (use reconstruct_all to loop)")
         start, first = time.perf_counter(), first_of(observations)
-        settings = {"distance": self.distance, "regularizers": {"tv": self.tv},
-                    "milestones": MILESTONES}
-        if self.space == "x":
-            settings.update(lr=self.lr_x, iterations=self.image_iterations, signed=self.signed)
-            shape = first.input_shape
-        else:
-            frozen = frozen_copy(self.generator, first.device)
-            shape = (frozen.latent_dim,)
-            settings.update(lr=self.lr_z, iterations=self.latent_iterations, boxed=False,
-                            render=lambda z: generate([frozen], z.flatten(0, 1),
-                                                      first.input_shape).unflatten(0, z.shape[:2]))
         prior = None
         if self.use_bn:
             targets = {id(obs): _bn_target(obs) for obs in observations}  # checked up front
@@ -265,33 +280,114 @@ class GIAS:
                 stats = stacked_statistics([targets[id(obs)] for obs in chunk], restarts)
                 return lambda _, stacked: self.bn * bn_loss(stacked.batchnorm_statistics(),
                                                             stats, FIRST_BN_WEIGHT)
-        stacked = reconstruct_stacked(observations, StackedAttack(
+        frozen = None if self.space == "x" else frozen_copy(self.generator, first.device)
+        if self.space == "w":
+            out = in_chunks(observations, self.restarts, progress,
+                            lambda part, begin: self._stacked_w(part, begin, frozen, prior))
+        else:
+            out = self._stacked_search(observations, frozen, prior, progress)
+        if self.space == "z/w":  # the parameter search from each victim's best latent code
+            latent_stage = out
+            out = in_chunks(observations, 1, None, lambda part, begin: self._then_parameters(
+                part, latent_stage[begin:begin + len(part)], frozen, prior))
+        share = (time.perf_counter() - start) / len(observations)
+        for rec in out:
+            rec.wall_time = share
+        return out
+
+    def _stacked_search(self, observations: list[Observation], frozen: nn.Module | None,
+                        prior, progress: str | None) -> list[Reconstruction]:
+        """GI-x's image or GI-z(/w)'s latent search of victims x restarts, stacked."""
+        first = observations[0]
+        settings = {"distance": self.distance, "regularizers": {"tv": self.tv},
+                    "milestones": MILESTONES}
+        if frozen is None:
+            settings.update(lr=self.lr_x, iterations=self.image_iterations, signed=self.signed)
+            shape = first.input_shape
+        else:
+            shape = (frozen.latent_dim,)
+            settings.update(lr=self.lr_z, iterations=self.latent_iterations, boxed=False,
+                            render=lambda z: generate([frozen], z.flatten(0, 1),
+                                                      first.input_shape).unflatten(0, z.shape[:2]))
+        out = reconstruct_stacked(observations, StackedAttack(
             draw=lambda obs, rng: obs.randn((obs.batch_size, *shape), rng), labels=infer_labels,
             settings=settings, prior=prior), restarts=self.restarts, seed=self.seed,
             progress=progress)
-        share = (time.perf_counter() - start) / len(observations)
-        out = []
-        for rec, obs in zip(stacked, observations):
+        for rec in out:
             rec.extra.update(variant=self.variant, iterations={self.space[0]: rec.iterations})
-            rec.wall_time = share
-            out.append(rec if self.space != "z/w" else self._then_parameters(rec, obs, frozen))
         return out
 
-    def _then_parameters(self, rec: Reconstruction, obs: Observation, frozen: nn.Module
-                         ) -> Reconstruction:
-        """GI-z/w's parameter search (Eq. 7) for one victim from its stacked latent stage."""
-        began = time.perf_counter()
-        z = rec.extra["latent"].to(obs.device)
-        cost = inversion_cost(obs, rec.labels, distance=self.distance, tv=self.tv,
-                              bn=self.bn if self.use_bn else 0.0)
-        with preserved_buffers(obs.model):
-            images, search = self._parameter_stage(obs, cost, frozen, z, None)
-        rec.extra["iterations"]["w"] = search.iterations
-        return replace(rec, images=images.clamp(0, 1),
-                       loss_trace=rec.loss_trace + search.loss_trace,
-                       iterations=rec.iterations + search.iterations,
-                       wall_time=rec.wall_time + time.perf_counter() - began,
-                       stop_reason=search.stop_reason)
+    def _stacked_parameters(self, observations: list[Observation], z: torch.Tensor,
+                            labels: torch.Tensor, frozen: nn.Module, prior
+                            ) -> tuple[torch.Tensor, Trajectory]:
+        """Eq. 7 for V victims x R restarts at once from their fixed latent codes z
+        (V, R, B, latent), one generator copy per image (``torch.func`` over the stacked
+        weights): the images (V, R, B, ...) and the stacked trajectory (P = V x R)."""
+        victims, restarts, batch = z.shape[:3]
+        model = observations[0].model
+        loss_of = stacked_loss(model, labels.repeat_interleave(restarts, 0),
+                               victim_targets(observations), distance=self.distance,
+                               regularizers={"tv": self.tv},
+                               prior=None if prior is None else prior(observations, restarts))
+        weights = {n: p.detach().expand(victims * restarts, batch, *p.shape).clone()
+                   .requires_grad_(True) for n, p in frozen.named_parameters()}
+        render = per_image_generators(frozen, observations[0].input_shape)
+        codes = z.flatten(0, 1)
+        search = optimize(list(weights.values()), lambda: loss_of(render(weights, codes)),
+                          optimizer="adam", lr=self.lr_w, iterations=self.parameter_iterations,
+                          milestones=MILESTONES)
+        with torch.no_grad():
+            images = render(weights, codes).unflatten(0, (victims, restarts))
+        return images, search
+
+    def _stacked_w(self, observations: list[Observation], begin: int, frozen: nn.Module,
+                   prior) -> list[Reconstruction]:
+        """GI-w for a chunk of victims: a new z per restart (drawn as the loop draws it) and
+        its parameter search, stacked; each victim keeps its restart of lowest final loss."""
+        def codes(v: int, obs: Observation) -> torch.Tensor:
+            rng = torch.Generator().manual_seed(self.seed + begin + v)
+            return torch.stack([obs.randn((obs.batch_size, frozen.latent_dim), rng)
+                                for _ in range(self.restarts)])
+
+        z = torch.stack([codes(v, obs) for v, obs in enumerate(observations)]).to(
+            observations[0].device)
+        labels = torch.stack([infer_labels(obs) for obs in observations])
+        images, search = self._stacked_parameters(observations, z, labels, frozen, prior)
+        grid = (len(observations), self.restarts)
+        run = BatchedTrajectory(images, search.loss_trace.unflatten(1, grid),
+                                search.iterations.unflatten(0, grid),
+                                search.diverged.unflatten(0, grid))
+        best, trace = run.best_restart().cpu(), run.loss_trace.cpu()
+        out = []
+        for v in range(len(observations)):
+            r = int(best[v])
+            steps = int(run.iterations[v, r])
+            out.append(Reconstruction(
+                images[v, r].clamp(0, 1), labels[v], trace[:steps, v, r].tolist(), steps, 0.0,
+                "diverged" if run.diverged[v, r] else "max_iterations", restart=r,
+                extra={"latent": z[v, r].cpu(), "variant": self.variant,
+                       "iterations": {"w": steps}, "vectorised_problems": run.diverged.numel()}))
+        return out
+
+    def _then_parameters(self, observations: list[Observation], recs: list[Reconstruction],
+                         frozen: nn.Module, prior) -> list[Reconstruction]:
+        """GI-z/w's parameter search (Eq. 7) for a chunk of victims from their stacked
+        latent stage, stacked."""
+        z = torch.stack([rec.extra["latent"] for rec in recs]).unsqueeze(1).to(
+            observations[0].device)
+        labels = torch.stack([rec.labels for rec in recs])
+        images, search = self._stacked_parameters(observations, z, labels, frozen, prior)
+        trace = search.loss_trace.cpu()
+        out = []
+        for v, rec in enumerate(recs):
+            steps = int(search.iterations[v])
+            rec.extra["iterations"]["w"] = steps
+            out.append(replace(rec, images=images[v, 0].clamp(0, 1),
+                               loss_trace=rec.loss_trace + trace[:steps, v].tolist(),
+                               iterations=rec.iterations + steps,
+                               stop_reason="diverged" if search.diverged[v]
+                               else "max_iterations"))
+        return out
 
     def _parameter_stage(self, obs: Observation, cost: Cost, frozen: nn.Module,
                          z: torch.Tensor, stopper: Stopper | None

@@ -230,6 +230,49 @@ StackedTransform = Callable[[dict[str, torch.Tensor], torch.Tensor], dict[str, t
 StackedPrior = Callable[[torch.Tensor, StackedModel], torch.Tensor]
 
 
+def stacked_loss(model: nn.Module, labels: torch.Tensor, targets: dict[str, torch.Tensor], *,
+                 distance: str, regularizers: Mapping[str, float] | None = None,
+                 transform: StackedTransform | None = None, prior: StackedPrior | None = None
+                 ) -> Callable[..., torch.Tensor]:
+    """``loss(images, latent=None)``: the (P,) objectives of P = V x R gradient-matching
+    problems (victim-major) for their images (P, B, ...): ``distance`` between each trial
+    gradient (``labels`` (P, B); changed by ``transform`` when given) and its victim's
+    target (``targets``: every parameter name of ``model`` -> (V, *shape)), plus
+    ``prior(images, stacked model)`` and the weighted ``regularizers`` of the images and
+    the latent variable (P, ...), when given. See :func:`optimize_vectorised`."""
+    check_distance(distance)
+    regularize = penalty(regularizers)
+    params = dict(model.named_parameters())
+    if set(targets) != set(params):
+        raise ValueError(f"targets keys {sorted(targets)} do not match the model's "
+                         f"parameters {sorted(params)}")
+    victims = len(next(iter(targets.values())))
+    bad = {n: tuple(t.shape) for n, t in targets.items() if t.shape != (victims, *params[n].shape)}
+    if bad:
+        raise ValueError(f"targets must be (victims={victims}, *parameter shape); got {bad}")
+    stacked = StackedModel(model)
+    targets = {n: t.detach() for n, t in targets.items()}
+    measure, residual = STACKED_DISTANCES[distance], distance in RESIDUAL_DISTANCES
+    image_terms = vmap(lambda x: regularize(Candidate(x)))
+    latent_terms = vmap(lambda x, z: regularize(Candidate(x, z)))
+
+    def loss(images: torch.Tensor, latent: torch.Tensor | None = None) -> torch.Tensor:
+        if transform is None:
+            products = stacked.products(images, labels, targets, residual)
+        else:
+            trial = stacked.gradients(images, labels, create_graph=True)
+            products = GradientProducts.formed(transform(trial, images), targets)
+        value = measure(products)
+        if prior is not None:
+            value = value + prior(images, stacked)
+        if regularizers:
+            value = value + (image_terms(images) if latent is None
+                             else latent_terms(images, latent))
+        return value
+
+    return loss
+
+
 def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Tensor,
                         targets: dict[str, torch.Tensor], *, distance: str,
                         regularizers: Mapping[str, float] | None = None,
@@ -265,8 +308,6 @@ def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Ten
     variables) after every step; a problem that turns non-finite is frozen at its last
     finite iterate. The loss trace stays on the device (no host sync).
     """
-    check_distance(distance)
-    regularize = penalty(regularizers)
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
     if start.ndim < 4:
@@ -276,22 +317,9 @@ def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Ten
     if labels.shape[:2] != (victims, start.shape[2]):
         raise ValueError(f"labels must start with (victims, B) = {(victims, start.shape[2])}, "
                          f"got shape {tuple(labels.shape)}")
-    stacked = StackedModel(model)
-    params = dict(model.named_parameters())
-    if set(targets) != set(params):
-        raise ValueError(f"targets keys {sorted(targets)} do not match the model's "
-                         f"parameters {sorted(params)}")
-    bad = {n: tuple(t.shape) for n, t in targets.items() if t.shape != (victims, *params[n].shape)}
-    if bad:
-        raise ValueError(f"targets must be (victims={victims}, *parameter shape); got {bad}")
-
     problem_labels = labels.unsqueeze(1).expand(victims, restarts, *labels.shape[1:]).flatten(0, 1)
-    targets = {n: t.detach() for n, t in targets.items()}
-    measure, residual = STACKED_DISTANCES[distance], distance in RESIDUAL_DISTANCES
-    if render is None:
-        regularization = vmap(lambda x: regularize(Candidate(x)))
-    else:
-        regularization = vmap(lambda x, z: regularize(Candidate(x, z)))
+    loss_of = stacked_loss(model, problem_labels, targets, distance=distance,
+                           regularizers=regularizers, transform=transform, prior=prior)
     x = start.detach().flatten(0, 1).clone().requires_grad_(True)
 
     def projection(variables: list[torch.Tensor]) -> None:
@@ -302,18 +330,8 @@ def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Ten
 
     def batched() -> tuple[torch.Tensor, list[torch.Tensor]]:
         variable = x.detach().requires_grad_(True)
-        images = variable if render is None else render(variable)
-        if transform is None:
-            products = stacked.products(images, problem_labels, targets, residual)
-        else:
-            trial = stacked.gradients(images, problem_labels, create_graph=True)
-            products = GradientProducts.formed(transform(trial, images), targets)
-        loss = measure(products)
-        if prior is not None:
-            loss = loss + prior(images, stacked)
-        if regularizers:
-            loss = loss + (regularization(images) if render is None
-                           else regularization(images, variable))
+        loss = (loss_of(variable) if render is None
+                else loss_of(render(variable), variable))
         (gradient,) = torch.autograd.grad(loss.sum(), variable)
         return loss.detach(), [gradient]
 
