@@ -1,7 +1,8 @@
 """Seconds per attack of victims x restarts stacked against the per-victim loop, for the
 attacks with hooks beyond a plain distance: GradInversion (Yin et al., CVPR 2021: R_BN,
 group consistency), GIAS +BN and GI-z/w's per-image generator copies (Jeon et al.,
-NeurIPS 2021) and GIFD's chained stages (Fang et al., ICCV 2023).
+NeurIPS 2021), GIFD's chained stages (Fang et al., ICCV 2023) and DLG/iDLG's L-BFGS
+problems in lockstep (Zhu et al., NeurIPS 2019; Zhao et al., 2020).
 
 ``stacked`` is ``attack.reconstruct_many`` (what ``attacks.reconstruct_all`` runs where the
 problems stack); ``loop`` builds the attack per victim with seed ``seed + v`` and runs it,
@@ -12,7 +13,8 @@ statistics (GradInversion ``bn: exact``, GIAS ``x+BN`` and ``z/w+BN``). The gene
 (GI-z/w, GIFD) is an untrained DCGAN: the cost, not the result, is measured. Timed in an
 order alternated each repeat after one warm-up of each; medians with min and max.
 
-    python benchmarks/stacked_attacks.py --threads 2 [--attacks gradinversion gias gias-zw gifd]
+    python benchmarks/stacked_attacks.py --threads 2 [--attacks gradinversion gias gias-zw gifd
+        dlg idlg]
         [--models lenet resnet10-16 resnet10-32 resnet18] [--victims 2] [--restarts 4]
         [--iterations 20] [--repeats 3] [--out FILE.csv]
 """
@@ -64,6 +66,8 @@ def parameters(attack: str, model: torch.nn.Module, iterations: int, restarts: i
         return "gias", {"variant": "z/w+BN" if has_bn else "z/w", "generator": generator,
                         "latent_iterations": half, "parameter_iterations": half,
                         "restarts": restarts, "bn": 1e-4}
+    if attack in ("dlg", "idlg"):  # an L-BFGS step evaluates the objective up to 20 times
+        return attack, {"iterations": max(1, iterations // 10), "restarts": restarts}
     stage = max(1, iterations // 4)
     return attack, {"generator": generator, "steps": (2 * stage, stage, stage),
                     "restarts": restarts}
@@ -81,8 +85,8 @@ def run(path: str, attack: str, params: dict, observed: list[attacks.Observation
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attacks", nargs="+",
-                        default=["gradinversion", "gias", "gias-zw", "gifd"],
-                        choices=["gradinversion", "gias", "gias-zw", "gifd"])
+                        default=["gradinversion", "gias", "gias-zw", "gifd", "dlg", "idlg"],
+                        choices=["gradinversion", "gias", "gias-zw", "gifd", "dlg", "idlg"])
     parser.add_argument("--models", nargs="+",
                         default=["lenet", "resnet10-16", "resnet10-32", "resnet18"])
     parser.add_argument("--victims", type=int, default=2)

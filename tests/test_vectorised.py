@@ -3,20 +3,24 @@ per-victim loop: Inverting Gradients (Geiping et al., NeurIPS 2020, Eq. 4) on re
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
+from conftest import stacked_and_looped
 
 from fedleak import attacks, defenses
 from fedleak.attacks import stacked_gradients
 from fedleak.attacks.bn_statistics import batch_statistics, batchnorm_layers
+from fedleak.attacks.dlg import DLG
 from fedleak.attacks.objectives import (
     DISTANCES,
     RESIDUAL_DISTANCES,
     STACKED_DISTANCES,
     GradientProducts,
 )
-from fedleak.attacks.optimization import optimize_vectorised
+from fedleak.attacks.optimization import in_lockstep, optimize, optimize_vectorised
 from fedleak.attacks.stacked_gradients import StackedModel, unsupported
 from fedleak.models import LeNet, ResNet
 from fedleak.types import Update
@@ -282,16 +286,48 @@ def test_a_diverging_problem_is_frozen_without_touching_the_others(digit_batch):
     assert max_diff(vectorised, loop) <= 1e-5
 
 
-def test_reconstruct_all_loops_over_lbfgs_attacks_with_per_victim_seeds(digit_batch):
-    model = lenet()
-    observations = observe(model, *digit_batch)[:2]
-    attack = attacks.build("dlg", iterations=1, seed=SEED)
-    assert not hasattr(attack, "reconstruct_many")
-    looped = attacks.reconstruct_all(attack, observations)
-    direct = per_victim("dlg", observations, iterations=1)
-    assert max_diff(looped, direct) == 0.0
-    assert [r.loss_trace for r in looped] == [r.loss_trace for r in direct]
-    assert torch.equal(attack(observations[0]).images, looped[0].images)
+@pytest.mark.parametrize("name", ["dlg", "idlg"])
+def test_lbfgs_attacks_run_in_lockstep_like_the_loop(digit_batch, name, float64):
+    """DLG/iDLG: 3 victims x 2 restarts, each its own L-BFGS and threshold stopper, their
+    objectives evaluated as one stacked batch (soft labels for DLG): the loop's losses
+    (the first to rounding, then to 1e-3: 20 L-BFGS iterations a step amplify rounding),
+    restarts, labels, and where each problem stopped."""
+    model = lenet().double()
+    observations = observe(model, digit_batch[0].double(), digit_batch[1])
+    params = {"iterations": 4, "restarts": 2, "seed": 3,
+              "stopper": {"kind": "threshold", "threshold": 5.0, "patience": 1}}
+    stacked, looped, _ = stacked_and_looped(name, params, observations)
+    assert all(r.extra["vectorised_problems"] == 6 for r in stacked)
+    for a, b in zip(stacked, looped):
+        assert a.loss_trace[0] == pytest.approx(b.loss_trace[0], rel=1e-12)
+        assert np.allclose(a.loss_trace, b.loss_trace, rtol=1e-3)
+        assert (a.restart, a.iterations, a.stop_reason) == (b.restart, b.iterations,
+                                                            b.stop_reason)
+        assert torch.equal(a.labels, b.labels)
+    assert {r.stop_reason for r in looped} == {"threshold", "max_iterations"}
+
+
+def test_lbfgs_attacks_loop_above_their_measured_limit(digit_batch, monkeypatch):
+    """Above ``stacked_parameters`` reconstruct_all attacks victim by victim, as built with
+    seed + v."""
+    monkeypatch.setattr(DLG, "stacked_parameters", 1_000)
+    observations = observe(lenet(), *digit_batch)[:2]
+    looped = attacks.reconstruct_all(attacks.build("idlg", iterations=1, seed=SEED), observations)
+    assert all("vectorised_problems" not in r.extra for r in looped)
+    assert max_diff(looped, per_victim("idlg", observations, iterations=1)) == 0.0
+
+
+def test_an_evaluation_error_in_lockstep_reaches_the_caller():
+    """A failing shared evaluation raises in the caller; no thread is left waiting."""
+    def evaluate():
+        raise FloatingPointError("evaluation failed")
+
+    runs = [lambda objective: optimize([torch.zeros(2, requires_grad=True)], objective,
+                                       optimizer="lbfgs", lr=1.0, iterations=3)] * 3
+    before = threading.active_count()
+    with pytest.raises((FloatingPointError, RuntimeError), match="evaluation failed|failed"):
+        in_lockstep(runs, evaluate)
+    assert threading.active_count() == before
 
 
 def test_reconstruct_all_loops_when_a_stopper_is_set(digit_batch):

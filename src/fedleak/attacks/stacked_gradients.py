@@ -184,10 +184,12 @@ def unsupported(model: nn.Module) -> list[str]:
             if _stacked_layer(module) is None and list(module.parameters(recurse=False))]
 
 
-def forming_pays(model: nn.Module) -> bool:
+def forming_pays(model: nn.Module, limit: int | None = None) -> bool:
     """Whether problems whose trial gradients are formed stack faster than they loop:
-    ``model`` has at most :data:`FORMED_PARAMETERS` parameters."""
-    return sum(p.numel() for p in model.parameters()) <= FORMED_PARAMETERS
+    ``model`` has at most ``limit`` parameters (an attack's own measured limit; None:
+    :data:`FORMED_PARAMETERS`)."""
+    limit = FORMED_PARAMETERS if limit is None else limit
+    return sum(p.numel() for p in model.parameters()) <= limit
 
 
 def _converted(module: nn.Module, tape: _Tape, prefix: str = "") -> nn.Module:
@@ -259,14 +261,15 @@ class StackedModel:
     def _output_gradients(self, images: torch.Tensor, labels: torch.Tensor,
                           create_graph: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Run ``images`` (P, B, ...); each problem's loss is the mean cross-entropy of its
-        batch against ``labels`` (P, B). Returns the gradients of the weight layers'
+        batch against ``labels``: (P, B) classes or (P, B, classes) probabilities (DLG's
+        soft labels, differentiable). Returns the gradients of the weight layers'
         outputs (tape order) and of the per-problem copies (``tape.copies`` order)."""
         problems = len(images)
         if not images.requires_grad:  # the layer outputs need a graph even without copies
             images = images.detach().requires_grad_()
         with torch.enable_grad():
             logits = self._forward(images, problems)
-            losses = F.cross_entropy(logits, labels.flatten(), reduction="none")
+            losses = F.cross_entropy(logits, labels.flatten(0, 1), reduction="none")
             layers = self.tape.layers
             grads = torch.autograd.grad(losses.view(problems, -1).mean(1).sum(),
                                         [layer.outputs for layer in layers]
