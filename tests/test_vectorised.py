@@ -14,13 +14,14 @@ from fedleak import attacks, defenses
 from fedleak.attacks import stacked_gradients
 from fedleak.attacks.bn_statistics import batch_statistics, batchnorm_layers
 from fedleak.attacks.dlg import DLG
+from fedleak.attacks.lockstep import in_lockstep
 from fedleak.attacks.objectives import (
     DISTANCES,
     RESIDUAL_DISTANCES,
     STACKED_DISTANCES,
     GradientProducts,
 )
-from fedleak.attacks.optimization import in_lockstep, optimize, optimize_vectorised
+from fedleak.attacks.optimization import optimize, optimize_vectorised
 from fedleak.attacks.stacked_gradients import StackedModel, unsupported
 from fedleak.models import LeNet, ResNet
 from fedleak.types import Update

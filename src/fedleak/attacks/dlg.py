@@ -13,7 +13,7 @@ succeed, EPAFL reports 0.66 on MNIST).
 Engine: the restarts of all victims run together (``reconstruct_many``), each its own
 torch L-BFGS and stopper in a thread of its own, their objectives evaluated as one
 stacked batch once every running problem waits for its own
-(:func:`~fedleak.attacks.optimization.restarts_in_lockstep`), on models up to 100k
+(:func:`~fedleak.attacks.lockstep.restarts_in_lockstep`), on models up to 100k
 parameters, where that was measured faster than the loop.
 """
 
@@ -27,13 +27,13 @@ import torch
 
 from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
+from fedleak.attacks.lockstep import restarts_in_lockstep
 from fedleak.attacks.objectives import l2_distance
 from fedleak.attacks.optimization import (
     Trajectory,
     best_of_restarts,
     in_chunks,
     optimize,
-    restarts_in_lockstep,
     stacked_loss,
     victim_targets,
 )
@@ -90,7 +90,7 @@ class DLG:
                          ) -> list[Reconstruction]:
         """One Reconstruction per observation: every victim's restarts run their own L-BFGS
         (and stopper), their objectives evaluated as one stacked batch
-        (:func:`~fedleak.attacks.optimization.restarts_in_lockstep`); victim v with seed
+        (:func:`~fedleak.attacks.lockstep.restarts_in_lockstep`); victim v with seed
         ``self.seed + v`` as the per-victim attack."""
         return in_chunks(observations, self.restarts, progress, self._lockstep_chunk)
 
