@@ -288,7 +288,8 @@ class GIAS:
             out = self._stacked_search(observations, frozen, prior, progress)
         if self.space == "z/w":  # the parameter search from each victim's best latent code
             latent_stage = out
-            out = in_chunks(observations, 1, None, lambda part, begin: self._then_parameters(
+            stage = progress and f"{progress} (parameter search)"
+            out = in_chunks(observations, 1, stage, lambda part, begin: self._then_parameters(
                 part, latent_stage[begin:begin + len(part)], frozen, prior))
         share = (time.perf_counter() - start) / len(observations)
         for rec in out:
