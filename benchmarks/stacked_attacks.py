@@ -1,20 +1,22 @@
 """Seconds per attack of victims x restarts stacked against the per-victim loop, for the
 attacks with hooks beyond a plain distance: GradInversion (Yin et al., CVPR 2021: R_BN,
 group consistency), GIAS +BN and GI-z/w's per-image generator copies (Jeon et al.,
-NeurIPS 2021), GIFD's chained stages (Fang et al., ICCV 2023) and DLG/iDLG's L-BFGS
-problems in lockstep (Zhu et al., NeurIPS 2019; Zhao et al., 2020).
+NeurIPS 2021), GIFD's chained stages (Fang et al., ICCV 2023), DLG/iDLG's L-BFGS
+problems in lockstep (Zhu et al., NeurIPS 2019; Zhao et al., 2020) and EOT's defense
+samples per problem (CENSOR §V-D): ``eot`` wraps Inverting Gradients under 2 DP-Gaussian
+samples (the embedded default), ``eot-gifd`` wraps GIFD under 4 CENSOR samples.
 
 ``stacked`` is ``attack.reconstruct_many`` (what ``attacks.reconstruct_all`` runs where the
 problems stack); ``loop`` builds the attack per victim with seed ``seed + v`` and runs it,
 as ``reconstruct_all`` does otherwise. Both give the same reconstructions up to rounding
-(tests/test_gradinversion.py, test_gias.py, test_gifd.py). Victims: random 3x32x32 images
-with distinct labels on a train-mode model; BatchNorm models match the client's exact
+(tests/test_gradinversion.py, test_gias.py, test_gifd.py, test_eot.py). Victims: random
+3x32x32 images with distinct labels on a train-mode model; BatchNorm models match the client's exact
 statistics (GradInversion ``bn: exact``, GIAS ``x+BN`` and ``z/w+BN``). The generator
 (GI-z/w, GIFD) is an untrained DCGAN: the cost, not the result, is measured. Timed in an
 order alternated each repeat after one warm-up of each; medians with min and max.
 
     python benchmarks/stacked_attacks.py --threads 2 [--attacks gradinversion gias gias-zw gifd
-        dlg idlg]
+        dlg idlg eot eot-gifd]
         [--models lenet resnet10-16 resnet10-32 resnet18] [--victims 2] [--restarts 4]
         [--iterations 20] [--repeats 3] [--out FILE.csv]
 """
@@ -30,10 +32,12 @@ import torch
 from cmaes_population import model_named
 from timing import alternating
 
-from fedleak import attacks
+from fedleak import attacks, defenses
 from fedleak.attacks.bn_statistics import batch_statistics, batchnorm_layers
 from fedleak.models.dcgan import Generator
 from fedleak.types import Update
+
+ATTACKS = ["gradinversion", "gias", "gias-zw", "gifd", "dlg", "idlg", "eot", "eot-gifd"]
 
 
 def observations(model: torch.nn.Module, victims: int) -> list[attacks.Observation]:
@@ -69,8 +73,16 @@ def parameters(attack: str, model: torch.nn.Module, iterations: int, restarts: i
     if attack in ("dlg", "idlg"):  # an L-BFGS step evaluates the objective up to 20 times
         return attack, {"iterations": max(1, iterations // 10), "restarts": restarts}
     stage = max(1, iterations // 4)
-    return attack, {"generator": generator, "steps": (2 * stage, stage, stage),
-                    "restarts": restarts}
+    gifd = {"generator": generator, "steps": (2 * stage, stage, stage), "restarts": restarts}
+    if attack == "eot":
+        return attack, {"wraps": "inverting_gradients", "samples": 2,
+                        "defense": defenses.build("dp_gaussian", sigma=0.01),
+                        "wraps_params": {"iterations": iterations, "restarts": restarts}}
+    if attack == "eot-gifd":
+        return "eot", {"wraps": "gifd", "samples": 4, "defense": defenses.build("censor"),
+                       "generator": generator,
+                       "wraps_params": {k: v for k, v in gifd.items() if k != "generator"}}
+    return attack, gifd
 
 
 def run(path: str, attack: str, params: dict, observed: list[attacks.Observation]) -> None:
@@ -85,8 +97,7 @@ def run(path: str, attack: str, params: dict, observed: list[attacks.Observation
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attacks", nargs="+",
-                        default=["gradinversion", "gias", "gias-zw", "gifd", "dlg", "idlg"],
-                        choices=["gradinversion", "gias", "gias-zw", "gifd", "dlg", "idlg"])
+                        default=ATTACKS, choices=ATTACKS)
     parser.add_argument("--models", nargs="+",
                         default=["lenet", "resnet10-16", "resnet10-32", "resnet18"])
     parser.add_argument("--victims", type=int, default=2)

@@ -9,11 +9,14 @@ trial gradients, with the same seeds, and recovers the digits.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 from conftest import lenet_victims as victims
 from conftest import observe_defended as observe
+from conftest import stacked_and_looped
 
 from fedleak import attacks, defenses, metrics
 from fedleak.attacks.eot import DefenseSamples
@@ -83,3 +86,30 @@ def test_eot_rejects_unhooked_attacks_and_non_differentiable_defenses(pool, digi
                         wraps_params={"optimizer": "adam", "iterations": 2})
     with pytest.raises(ValueError, match="differentiable in the gradient"):
         eot(obs)
+
+
+@pytest.mark.parametrize(("wraps", "params"), [
+    ("inverting_gradients", {"iterations": 12, "restarts": 2}),
+    ("gga", {"optimizer": "adam", "iterations": 12, "restarts": 2}),
+    ("gifd", {"steps": (6, 4), "radii": (0.01,), "restarts": 2})])
+@pytest.mark.parametrize("defense", ["dp_gaussian", "censor"])
+def test_stacked_eot_draws_and_reconstructs_what_the_loop_does(pool, digits_generator, wraps,
+                                                               params, defense, float64):
+    """reconstruct_all stacks 3 victims x 2 restarts of EOT (each problem's trial gradient
+    formed and sampled on its own, each restart with its own sample generator): the loop's
+    images, restarts and loss traces, in float64."""
+    model = pool[0][0].double()
+    strength = {"sigma": SIGMA} if defense == "dp_gaussian" else {}
+    observations = [observe((model, x.double(), y), defense, **strength) for _, x, y in pool]
+    eot = {"wraps": wraps, "wraps_params": params, "defense": defenses.build(defense, **strength),
+           "samples": 2, "seed": 4}
+    if wraps != "inverting_gradients":
+        eot["generator"] = copy.deepcopy(digits_generator).double()
+    stacked, looped, difference = stacked_and_looped("eot", eot, observations)
+    print(f"EOT {wraps} ({defense}) stacked vs loop: max pixel difference {difference:.3g}")
+    assert all(r.extra["vectorised_problems"] == 6 for r in stacked)
+    assert [r.restart for r in stacked] == [r.restart for r in looped]
+    assert difference <= 1e-8
+    for a, b in zip(stacked, looped):
+        assert a.iterations == b.iterations and a.extra["eot_samples"] == 2
+        assert np.allclose(a.loss_trace, b.loss_trace, rtol=1e-8)

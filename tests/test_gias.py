@@ -144,27 +144,34 @@ def test_table1_ordering_on_digits(digits_splits, digits_generator):
     assert mean["z/w+BN"] >= mean["z/w"]
 
 
-@pytest.mark.parametrize("variant", ["x", "z/w", "x+BN", "z/w+BN", "w"])
+PLATEAU = {"kind": "plateau", "patience": 2}
+
+
+@pytest.mark.parametrize(("variant", "stopper"), [
+    ("x", None), ("z/w", None), ("x+BN", None), ("z/w+BN", None), ("w", None),
+    ("z/w", PLATEAU), ("w", PLATEAU)])
 def test_stacked_victims_reconstruct_what_the_per_victim_loop_does(digits_splits,
                                                                   digits_generator, variant,
-                                                                  float64):
+                                                                  stopper, float64):
     """reconstruct_all stacks the image (GI-x), latent (GI-z/w) or parameter (GI-w) searches
     of 3 victims x 2 restarts of one BatchNorm model (batches of 4), R_BN from each
     problem's own BatchNorm inputs (+BN), then GI-z/w's parameter searches of the 3
-    victims (one generator copy per image): the loop's results, in float64 (plain Adam
-    amplifies float32 rounding)."""
+    victims (one generator copy per image), with a stopper per problem and stage when
+    given: the loop's results, in float64 (plain Adam amplifies float32 rounding)."""
     batches = victim_batches(digits_splits["train"], 3, seed=3)
     model = batches[0][0].double()
     observations = [observe(model, x.double(), y) for _, x, y in batches]
     params = {"generator": copy.deepcopy(digits_generator).double(), "variant": variant,
               "latent_iterations": 8, "parameter_iterations": 4, "image_iterations": 8,
-              "restarts": 2, "seed": 7, "bn": 1.0}  # R_BN weighed to matter at 1e-8
+              "restarts": 2, "seed": 7, "bn": 1.0,  # R_BN weighed to matter at 1e-8
+              "stopper": stopper}
     stacked, looped, difference = stacked_and_looped("gias", params, observations)
-    print(f"GIAS {variant}, stacked vs loop: max pixel difference {difference:.3g}")
+    print(f"GIAS {variant} (stopper {stopper}), stacked vs loop: max pixel difference "
+          f"{difference:.3g}, iterations {[r.extra['iterations'] for r in stacked]}")
     assert all(r.extra["vectorised_problems"] == 6 for r in stacked)
     assert difference <= 1e-8
     for a, b in zip(stacked, looped):
-        assert (a.restart, a.iterations, a.extra["iterations"]) == (
-            b.restart, b.iterations, b.extra["iterations"])
+        assert (a.restart, a.iterations, a.extra["iterations"], a.stop_reason) == (
+            b.restart, b.iterations, b.extra["iterations"], b.stop_reason)
         assert np.allclose(a.loss_trace, b.loss_trace, rtol=1e-8)
     assert not attacks.build("gias", **{**params, "sparsity": 0.5}).vectorisable

@@ -45,25 +45,29 @@ def test_feature_search_beats_latent_only_search(digits_splits, digits_generator
     assert psnr["gifd"].mean() >= psnr["latent"].mean() + 3.0
 
 
-@pytest.mark.parametrize("transform", ["none", "clipping"])
+@pytest.mark.parametrize(("transform", "stopper"), [
+    ("none", None), ("clipping", None), ("none", {"kind": "plateau", "patience": 2})])
 def test_stacked_victims_reconstruct_what_the_loop_does(digits_splits, digits_generator,
-                                                        transform, float64):
+                                                        transform, stopper, float64):
     """reconstruct_all runs each stage of 3 victims x 2 restarts stacked (the latent, then
-    two feature stages inside small l1 balls): the loop's images, (restart, stage)
-    choices, stage losses and loss traces, in float64."""
+    two feature stages inside small l1 balls; with a stopper, each problem's own copy
+    per stage): the loop's images, (restart, stage) choices, stage losses, loss traces
+    and stop reasons, in float64."""
     pool = victims(digits_splits["train"], 3)
     model = pool[0][0].double()
     observations = [observe((model, x.double(), y)) for _, x, y in pool]
     params = {"generator": copy.deepcopy(digits_generator).double(), "steps": (6, 4, 4),
-              "radii": (0.01, 0.01), "restarts": 2, "transform": transform, "seed": 3}
+              "radii": (0.01, 0.01), "restarts": 2, "transform": transform, "seed": 3,
+              "stopper": stopper}
     stacked, looped, difference = stacked_and_looped("gifd", params, observations)
-    print(f"GIFD ({transform}) stacked vs loop: max pixel difference {difference:.3g}, "
-          f"(restart, stage) {[(r.restart, r.extra['stage']) for r in stacked]}")
+    print(f"GIFD ({transform}, stopper {stopper}) stacked vs loop: max pixel difference "
+          f"{difference:.3g}, (restart, stage) {[(r.restart, r.extra['stage']) for r in stacked]}"
+          f", iterations {[r.iterations for r in stacked]}")
     assert all(r.extra["vectorised_problems"] == 6 for r in stacked)
     assert difference <= 1e-8
     for a, b in zip(stacked, looped):
-        assert (a.restart, a.iterations, a.extra["stage"]) == (b.restart, b.iterations,
-                                                               b.extra["stage"])
+        assert (a.restart, a.iterations, a.extra["stage"], a.stop_reason) == (
+            b.restart, b.iterations, b.extra["stage"], b.stop_reason)
         assert np.allclose(a.extra["stage_losses"], b.extra["stage_losses"], rtol=1e-8)
         assert np.allclose(a.loss_trace, b.loss_trace, rtol=1e-8)
 

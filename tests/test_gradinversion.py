@@ -173,18 +173,22 @@ def test_group_consistency_pulls_the_seeds_together_deterministically(digits):
     assert torch.equal(spread(GROUP)[1], images)
 
 
-def test_stacked_victims_and_seeds_reconstruct_what_the_loop_does(digits, float64):
+@pytest.mark.parametrize("stopper", [None, {"kind": "threshold", "threshold": 2200.0}])
+def test_stacked_victims_and_seeds_reconstruct_what_the_loop_does(digits, stopper, float64):
     """reconstruct_all stacks 3 victims x 3 seeds of a BatchNorm ResNet-10 (BN_exact from
-    each problem's own BatchNorm inputs, the group mean per victim from step 4, every 3):
-    the per-victim loop's images, seeds, seed scores and summed loss traces, in float64."""
+    each problem's own BatchNorm inputs, the group mean per victim from step 4, every 3;
+    a stopper per victim fed its seeds' summed loss): the per-victim loop's images, seeds,
+    seed scores, summed loss traces and stop reasons, in float64."""
     torch.manual_seed(0)
     model = ResNet(10, 1, 10, 32, width=8).double().train()
     observations = [observe(model, digits.x[i:i + 2].double(), digits.y[i:i + 2])
                     for i in (0, 2, 4)]
     params = {"iterations": 12, "lr": 0.1, "bn": "exact", "bn_weight": 100.0, "restarts": 3,
-              "group": 100.0, "group_start": 4, "group_every": 3, "seed": 5}
+              "group": 100.0, "group_start": 4, "group_every": 3, "seed": 5,
+              "stopper": stopper}
     stacked, looped, difference = stacked_and_looped("gradinversion", params, observations)
-    print(f"GradInversion stacked vs loop: max pixel difference {difference:.3g}")
+    print(f"GradInversion stacked vs loop: max pixel difference {difference:.3g}, "
+          f"iterations {[r.iterations for r in stacked]}")
     assert all(r.extra["vectorised_problems"] == 9 for r in stacked)
     assert difference <= 1e-8
     for a, b in zip(stacked, looped):
@@ -193,6 +197,8 @@ def test_stacked_victims_and_seeds_reconstruct_what_the_loop_does(digits, float6
         assert np.allclose(a.loss_trace, b.loss_trace, rtol=1e-8)
         assert np.allclose(a.extra["restart_scores"], b.extra["restart_scores"], rtol=1e-8)
     assert len({r.restart for r in stacked}) > 1
+    if stopper:  # the victims' summed losses cross the threshold at different steps
+        assert len({r.iterations for r in stacked}) == 3
 
 
 @pytest.fixture(scope="module")

@@ -331,15 +331,28 @@ def test_an_evaluation_error_in_lockstep_reaches_the_caller():
     assert threading.active_count() == before
 
 
-def test_reconstruct_all_loops_when_a_stopper_is_set(digit_batch):
-    model = lenet()
-    observations = observe(model, *digit_batch)[:2]
-    stopper = {"kind": "plateau", "patience": 3}
-    params = {"iterations": 10, "tv": 0.1, "stopper": stopper}
-    looped = attacks.reconstruct_all(
-        attacks.build("inverting_gradients", seed=SEED, **params), observations)
-    assert all("vectorised_problems" not in r.extra for r in looped)
-    assert max_diff(looped, per_victim("inverting_gradients", observations, **params)) == 0.0
+@pytest.mark.parametrize("kind", ["plateau", "hybrid"])
+def test_each_stacked_problem_stops_on_its_own_like_the_loop(digit_batch, kind, float64):
+    """With an EPAFL stopper, reconstruct_all still stacks 3 victims x 2 restarts of
+    Inverting Gradients: each problem stops when its own stopper fires,
+    as the loop's restart does, with the same images, iterations and reasons."""
+    model = lenet().double()
+    images, labels = digit_batch
+    observations = observe(model, images.double(), labels)
+    stopper = {"kind": kind, "patience": 3, "threshold": 0.05}
+    params = {"iterations": 60, "tv": 0.1, "lr": 0.3, "restarts": 2,
+              "stopper": stopper, "seed": SEED}
+    stacked, looped, difference = stacked_and_looped("inverting_gradients", params,
+                                                     observations)
+    print(f"{kind}: iterations {[r.iterations for r in stacked]}, reasons "
+          f"{[r.stop_reason for r in stacked]}, max pixel difference {difference:.3g}")
+    assert all(r.extra["vectorised_problems"] == 6 for r in stacked)
+    assert difference <= 1e-8
+    for a, b in zip(stacked, looped):
+        assert (a.restart, a.iterations, a.stop_reason) == (b.restart, b.iterations,
+                                                            b.stop_reason)
+        assert np.allclose(a.loss_trace, b.loss_trace, rtol=1e-8)
+    assert len({r.iterations for r in stacked}) > 1 and min(r.iterations for r in stacked) < 60
 
 
 def test_reconstruct_many_rejects_mixed_models(digit_batch):

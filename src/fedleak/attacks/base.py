@@ -55,17 +55,18 @@ def reconstruct_all(attack: Attack, observations: list[Observation],
     as if built with that seed on its own. ``attack.reconstruct_many`` runs all victims
     at once when the attack has it and the problems vectorise: one model object with
     parameters only in layers ``stacked_gradients`` stacks (Conv2d, Linear, BatchNorm), the
-    same batch size and input shape, no snapshots, no stopper unless the attack
-    ``stops_per_problem`` (DLG/iDLG: each problem runs its own L-BFGS and stopper, their
-    objectives evaluated together), Adam unless the attack says otherwise, more than one
-    problem (one problem loops faster), the attack's ``vectorisable`` (when it has one:
+    same batch size and input shape, no snapshots (a stopper stacks: each stacked
+    problem, or a victim's joint seeds, stops on its own; DLG/iDLG run their own L-BFGS
+    and stopper, their objectives evaluated together), Adam unless the attack says
+    otherwise, more than one problem (one problem loops faster), the attack's
+    ``vectorisable`` (when it has one:
     GGA with Adam; GIAS/GIML but the sparsified cost) and, when the attack's
     ``forms_gradients`` (each problem's trial gradient is formed, for an L2 distance or
     a transformation, and that was measured to pay only on small models), a model for
     which it pays (:func:`~fedleak.attacks.stacked_gradients.forming_pays`, up to the
     attack's ``stacked_parameters`` when it has its own measured limit), with a progress
-    bar over victims (per chunk of victims stacked together). Otherwise (stoppers,
-    CMA-ES, EOT, large models under formed gradients)
+    bar over victims (per chunk of victims stacked together). Otherwise (CMA-ES, the
+    sparsified GIAS cost, other layers, large models under formed gradients)
     each victim is attacked in turn with ``attack(obs)``, with a progress bar (per
     victim, with an ETA) labelled ``progress``.
     ``snapshots`` asks for the reconstructions at those iterations (attacks whose
@@ -82,8 +83,6 @@ def reconstruct_all(attack: Attack, observations: list[Observation],
         and getattr(attack, "vectorisable", True)
         and not snapshots
         and len(observations) * getattr(attack, "restarts", 1) > 1  # one problem: loop is faster
-        and (getattr(attack, "stopper", None) is None
-             or getattr(attack, "stops_per_problem", False))
         and getattr(attack, "optimizer", "adam") == "adam"
         and not unsupported(first.model)
         and (not getattr(attack, "forms_gradients", False)

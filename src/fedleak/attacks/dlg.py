@@ -43,7 +43,6 @@ from fedleak.types import Observation, Update
 @register("dlg")
 class DLG:
     forms_gradients = True  # L2: each stacked problem's trial gradient is formed
-    stops_per_problem = True  # each stacked problem runs its own stopper
     # In lockstep (2 threads, 3x32x32, 2 victims x 4 restarts, benchmarks/stacked_attacks.py)
     # DLG/iDLG ran 1.20x/1.24x the loop on LeNet (16k parameters) and 0.93x on a ResNet-10
     # of 0.31M: each problem's own L-BFGS arithmetic is not stacked. Above this, they loop.

@@ -24,12 +24,19 @@ the trial gradient that can be sampled: against it EOT matches the trial gradien
 
 Wraps any attack whose ``__call__`` accepts ``trial_transform`` (``inverting_gradients``,
 ``gga``, ``gifd``): ``wraps`` names it and ``wraps_params`` sets its parameters; the
-artifacts it needs (a GAN prior for ``gga``/``gifd``) are passed to EOT by name. The wrapped
-attack is built with its default seed 0; EOT's own ``seed`` seeds the defense samples.
+artifacts it needs (a GAN prior for ``gga``/``gifd``) are passed to EOT by name. EOT's
+``seed`` is the wrapped attack's seed (its starts), and restart r draws its defense
+samples from a generator of its own, seeded by (seed, r).
+
+Engine: where the wrapped attack stacks victims x restarts (``reconstruct_many``), EOT does
+too, each problem's trial gradient formed and sampled on its own; that pays only where
+forming stacked gradients does (``stacked_gradients.forming_pays``), else EOT loops. With
+a generator per restart, the stacked run draws the samples the loop draws.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -39,9 +46,11 @@ import torch
 from fedleak.attacks.base import Reconstruction, build, needs, register
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import infer_labels
+from fedleak.attacks.optimization import RestartTransforms
 from fedleak.defenses import Defense
 from fedleak.defenses import build as build_defense
 from fedleak.types import DefenseContext, Observation, Update
+from fedleak.utils.seeding import derived_seed
 
 
 class DefenseSamples:
@@ -88,9 +97,46 @@ class ExpectationOverTransformation:
         self.attack, self.defense = attack, defense
         self.samples, self.seed = int(samples), seed
 
+    forms_gradients = True  # each problem's trial gradient is formed for its samples
+
+    @property
+    def restarts(self) -> int:
+        return getattr(self.attack, "restarts", 1)
+
+    @property
+    def stopper(self) -> Stopper | None:
+        return getattr(self.attack, "stopper", None)
+
+    @property
+    def vectorisable(self) -> bool:
+        """EOT stacks where the wrapped attack does (GGA: with Adam)."""
+        return (hasattr(self.attack, "reconstruct_many")
+                and getattr(self.attack, "vectorisable", True))
+
+    def samples_for(self, obs: Observation, seed: int) -> RestartTransforms:
+        """Restart r's defense samples on ``obs``, drawn with a generator seeded (seed, r)."""
+        labels = infer_labels(obs)
+        return lambda restart: DefenseSamples(
+            self.defense, obs, labels, self.samples,
+            torch.Generator().manual_seed(derived_seed(seed, restart)))
+
     def __call__(self, obs: Observation, stopper: Stopper | None = None) -> Reconstruction:
-        transform = DefenseSamples(self.defense, obs, infer_labels(obs), self.samples,
-                                   torch.Generator().manual_seed(self.seed))
-        rec = self.attack(obs, stopper, trial_transform=transform)
+        rec = self._seeded()(obs, stopper, trial_transform=self.samples_for(obs, self.seed))
+        return self._noted(rec)
+
+    def reconstruct_many(self, observations: list[Observation], progress: str | None = None
+                         ) -> list[Reconstruction]:
+        """The wrapped attack's stacked run, victim v with seed ``self.seed + v`` and its
+        own samples, as the per-victim attack."""
+        samples = [self.samples_for(obs, self.seed + v) for v, obs in enumerate(observations)]
+        return [self._noted(rec) for rec in self._seeded().reconstruct_many(
+            observations, progress, trial_transforms=samples)]
+
+    def _seeded(self):
+        attack = copy.copy(self.attack)
+        attack.seed = self.seed
+        return attack
+
+    def _noted(self, rec: Reconstruction) -> Reconstruction:
         rec.extra = {**rec.extra, "eot_samples": self.samples, "eot_defense": self.defense.name}
         return rec

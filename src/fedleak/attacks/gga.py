@@ -33,7 +33,7 @@ parameters, e.g. ResNet-18, measured).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -51,19 +51,19 @@ from fedleak.attacks.objectives import (
     penalty,
 )
 from fedleak.attacks.optimization import (
+    RestartTransforms,
     StackedAttack,
     Trajectory,
+    Transform,
     best_of_restarts,
     first_of,
     optimize,
+    per_problem,
     reconstruct_stacked,
 )
 from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
 from fedleak.attacks.stacked_gradients import StackedModel, forming_pays, unsupported
 from fedleak.types import Need, Observation, Update
-
-# A gradient transformation T: (trial gradient, trial images in [0, 1]) -> transformed gradient.
-Transform = Callable[[Update, torch.Tensor], Update]
 
 TRANSFORMS = ("none", "pruning", "clipping", "soteria")
 RAMPUP, RAMPDOWN = 0.05, 0.25
@@ -136,15 +136,16 @@ class GenerativeGradientLeakage:
         """Adam stacks victims x restarts (CMA-ES stacks each round's population instead)."""
         return self.optimizer == "adam"
 
-    def reconstruct_many(self, observations: list[Observation], progress: str | None = None
+    def reconstruct_many(self, observations: list[Observation], progress: str | None = None,
+                         trial_transforms: Sequence[RestartTransforms] | None = None
                          ) -> list[Reconstruction]:
         """One Reconstruction per observation, the latent searches of victims x restarts
         optimised together (:func:`~fedleak.attacks.optimization.reconstruct_stacked`);
-        victim v uses seed ``self.seed + v``, as the per-victim attack built with it."""
-        if not self.vectorisable or self.stopper is not None:
-            raise ValueError(f"reconstruct_many stacks Adam without a stopper; got "
-                             f"optimizer={self.optimizer!r}, stopper={self.stopper} (use "
-                             "reconstruct_all to loop)")
+        victim v uses seed ``self.seed + v``, as the per-victim attack built with it, and
+        ``trial_transforms[v]`` (EOT) in place of the adaptive T when given."""
+        if not self.vectorisable:
+            raise ValueError(f"reconstruct_many stacks Adam; got optimizer={self.optimizer!r} "
+                             "(use reconstruct_all to loop)")
         first = first_of(observations)
         self.generator.to(first.device)
 
@@ -157,23 +158,28 @@ class GenerativeGradientLeakage:
         return reconstruct_stacked(observations, StackedAttack(
             draw=lambda obs, rng: obs.randn((obs.batch_size, self.latent_dim), rng),
             labels=infer_labels, settings=settings, extra={"optimizer": "adam"},
+            stopper=self.stopper,
             transform=None if self.transform == "none"
             else lambda obs: adaptive_transform(self.transform, obs)),
-            restarts=self.restarts, seed=self.seed, progress=progress)
+            restarts=self.restarts, seed=self.seed, progress=progress,
+            trial_transforms=trial_transforms)
 
     def __call__(self, obs: Observation, stopper: Stopper | None = None,
-                 trial_transform: Transform | None = None) -> Reconstruction:
-        """Reconstruct ``obs``; ``trial_transform`` (e.g. EOT) replaces the adaptive T."""
+                 trial_transform: RestartTransforms | None = None) -> Reconstruction:
+        """Reconstruct ``obs``; ``trial_transform(restart)`` (EOT) replaces the adaptive T."""
         labels = infer_labels(obs)
         target = obs.target_gradient()
         names = [n for n, _ in obs.model.named_parameters()]
-        transform = trial_transform or adaptive_transform(self.transform, obs)
+        adaptive = adaptive_transform(self.transform, obs)
         self.generator.to(obs.device)
         stopper = stopper or self.stopper
 
         objective = compose("ggl", {"kl": self.kl})
 
-        def loss_of(z: torch.Tensor) -> torch.Tensor:
+        def transform_of(restart: int) -> Transform:
+            return adaptive if trial_transform is None else trial_transform(restart)
+
+        def loss_of(z: torch.Tensor, transform: Transform) -> torch.Tensor:
             images = self._images(z, obs)
             trial = transform(Update.of(obs.model, images, labels, create_graph=True), images)
             return objective([trial[n] for n in names], target, Candidate(images, z))
@@ -182,15 +188,16 @@ class GenerativeGradientLeakage:
         if self.optimizer == "adam":
             rng = torch.Generator().manual_seed(self.seed)
 
-            def run_once(_: int) -> Trajectory:
+            def run_once(index: int) -> Trajectory:
                 z = obs.randn(shape, rng).requires_grad_(True)
-                return optimize([z], lambda: loss_of(z),
+                transform = transform_of(index)
+                return optimize([z], lambda: loss_of(z, transform),
                                 optimizer="adam", lr=self.lr, iterations=self.iterations,
                                 lr_factor=ramped(self.iterations), stopper=stopper)
         else:
-            score = self._population_score(obs, labels, transform, trial_transform is None)
-
             def run_once(index: int) -> Trajectory:
+                score = self._population_score(obs, labels, transform_of(index),
+                                               trial_transform is None)
                 return self._cmaes(obs, shape, score, self.seed + index, stopper)
 
         best, index, seconds = best_of_restarts(run_once, self.restarts)
@@ -237,9 +244,7 @@ class GenerativeGradientLeakage:
         def apply(trial: dict[str, torch.Tensor], images: torch.Tensor) -> dict[str, torch.Tensor]:
             if stackable:
                 return transform(trial, images)
-            parts = [transform(Update({k: g[p] for k, g in trial.items()}), images[p])
-                     for p in range(len(images))]
-            return {k: torch.stack([part[k] for part in parts]) for k in trial}
+            return per_problem([transform] * len(images))(trial, images)
 
         def score(z: torch.Tensor) -> torch.Tensor:
             losses = []

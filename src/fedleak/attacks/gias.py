@@ -199,6 +199,13 @@ def parameter_search(generators: Sequence[nn.Module], objective: Callable[[], to
                     milestones=MILESTONES, stopper=stopper)
 
 
+def stop_reason(search: Trajectory, problem: int) -> str:
+    """Why stacked problem ``problem`` of ``search`` stopped."""
+    if search.stop_reasons is not None:
+        return search.stop_reasons[problem]
+    return "diverged" if search.diverged[problem] else "max_iterations"
+
+
 @register("gias")
 class GIAS:
     """GI-x, GI-z, GI-w and GI-z/w (GIAS), each optionally "+BN" (Table 1).
@@ -267,10 +274,10 @@ class GIAS:
         :func:`~fedleak.attacks.optimization.reconstruct_stacked`, the parameter search
         (GI-w; GI-z/w from each victim's best latent code) through
         :meth:`_stacked_parameters`."""
-        if not self.vectorisable or self.stopper is not None:
-            raise ValueError(f"reconstruct_many stacks GIAS without sparsity or stopper; got "
-                             f"variant={self.variant!r}, sparsity={self.sparsity}, "
-                             f"stopper={self.stopper} (use reconstruct_all to loop)")
+        if not self.vectorisable:
+            raise ValueError(f"reconstruct_many stacks GIAS without sparsity; got "
+                             f"variant={self.variant!r}, sparsity={self.sparsity} (use "
+                             "reconstruct_all to loop)")
         start, first = time.perf_counter(), first_of(observations)
         prior = None
         if self.use_bn:
@@ -312,8 +319,8 @@ class GIAS:
                                                       first.input_shape).unflatten(0, z.shape[:2]))
         out = reconstruct_stacked(observations, StackedAttack(
             draw=lambda obs, rng: obs.randn((obs.batch_size, *shape), rng), labels=infer_labels,
-            settings=settings, prior=prior), restarts=self.restarts, seed=self.seed,
-            progress=progress)
+            settings=settings, prior=prior, stopper=self.stopper), restarts=self.restarts,
+            seed=self.seed, progress=progress)
         for rec in out:
             rec.extra.update(variant=self.variant, iterations={self.space[0]: rec.iterations})
         return out
@@ -334,9 +341,11 @@ class GIAS:
                    .requires_grad_(True) for n, p in frozen.named_parameters()}
         render = per_image_generators(frozen, observations[0].input_shape)
         codes = z.flatten(0, 1)
+        stoppers = None if self.stopper is None else [
+            copy.deepcopy(self.stopper) for _ in range(victims * restarts)]
         search = optimize(list(weights.values()), lambda: loss_of(render(weights, codes)),
                           optimizer="adam", lr=self.lr_w, iterations=self.parameter_iterations,
-                          milestones=MILESTONES)
+                          milestones=MILESTONES, stopper=stoppers)
         with torch.no_grad():
             images = render(weights, codes).unflatten(0, (victims, restarts))
         return images, search
@@ -365,7 +374,7 @@ class GIAS:
             steps = int(run.iterations[v, r])
             out.append(Reconstruction(
                 images[v, r].clamp(0, 1), labels[v], trace[:steps, v, r].tolist(), steps, 0.0,
-                "diverged" if run.diverged[v, r] else "max_iterations", restart=r,
+                stop_reason(search, v * self.restarts + r), restart=r,
                 extra={"latent": z[v, r].cpu(), "variant": self.variant,
                        "iterations": {"w": steps}, "vectorised_problems": run.diverged.numel()}))
         return out
@@ -386,8 +395,7 @@ class GIAS:
             out.append(replace(rec, images=images[v, 0].clamp(0, 1),
                                loss_trace=rec.loss_trace + trace[:steps, v].tolist(),
                                iterations=rec.iterations + steps,
-                               stop_reason="diverged" if search.diverged[v]
-                               else "max_iterations"))
+                               stop_reason=stop_reason(search, v)))
         return out
 
     def _parameter_stage(self, obs: Observation, cost: Cost, frozen: nn.Module,

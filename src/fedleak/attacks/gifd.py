@@ -27,11 +27,12 @@ step (its ``SphericalOptimizer``); that is not done here.
 Engine: each stage of all victims x restarts runs as one stacked problem
 (``reconstruct_many``, the l1 projections per image); with an adaptive T each problem's
 trial gradient is formed, which stacks only on models where that pays
-(``stacked_gradients.forming_pays``). EOT's sampled T loops per victim.
+(``stacked_gradients.forming_pays``), as does EOT's sampled T (drawn per problem).
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 
@@ -40,7 +41,7 @@ from torch import nn
 
 from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
-from fedleak.attacks.gga import Transform, adaptive_transform, ramped
+from fedleak.attacks.gga import adaptive_transform, ramped
 from fedleak.attacks.label_inference import infer_labels
 from fedleak.attacks.objectives import (
     STACKED_DISTANCES,
@@ -51,12 +52,16 @@ from fedleak.attacks.objectives import (
 )
 from fedleak.attacks.optimization import (
     BatchedTrajectory,
+    RestartTransforms,
     Trajectory,
+    Transform,
+    check_one_each,
     first_of,
     in_chunks,
     optimize,
     optimize_vectorised,
     per_victim,
+    restart_transforms,
     victim_targets,
 )
 from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
@@ -123,25 +128,27 @@ class GIFD:
         self.stopper = stopper_from(stopper)
 
     def __call__(self, obs: Observation, stopper: Stopper | None = None,
-                 trial_transform: Transform | None = None) -> Reconstruction:
-        """Reconstruct ``obs``; ``trial_transform`` (e.g. EOT) replaces the adaptive T."""
+                 trial_transform: RestartTransforms | None = None) -> Reconstruction:
+        """Reconstruct ``obs``; ``trial_transform(restart)`` (EOT) replaces the adaptive T."""
         start = time.perf_counter()
         labels = infer_labels(obs)
         target = obs.target_gradient()
         names = [n for n, _ in obs.model.named_parameters()]
-        transform = trial_transform or adaptive_transform(self.transform, obs)
+        adaptive = adaptive_transform(self.transform, obs)
         self.generator.to(obs.device)
         stopper = stopper or self.stopper
         rng = torch.Generator().manual_seed(self.seed)
 
         loss_of = compose("cosine", {"tv": self.tv, "l2": self.image_norm})
 
-        def trial_gradient(images: torch.Tensor, create_graph: bool = True) -> list[torch.Tensor]:
-            trial = transform(Update.of(obs.model, images, labels, create_graph=create_graph),
-                              images)
-            return [trial[n] for n in names]
+        def stage(variable: torch.Tensor, decode, iterations: int, ratio: float | None,
+                  transform: Transform):
+            def trial_gradient(images: torch.Tensor, create_graph: bool = True
+                               ) -> list[torch.Tensor]:
+                trial = transform(Update.of(obs.model, images, labels,
+                                            create_graph=create_graph), images)
+                return [trial[n] for n in names]
 
-        def stage(variable: torch.Tensor, decode, iterations: int, ratio: float | None):
             origin = variable.detach().clone()
             # l1 radius of each image's change: ``ratio`` times its stage-start feature's l1 norm
             radius = None if ratio is None else ratio * origin.flatten(1).abs().sum(1, keepdim=True)
@@ -163,13 +170,14 @@ class GIFD:
 
         best = None
         for restart in range(self.restarts):
+            transform = adaptive if trial_transform is None else trial_transform(restart)
             z = obs.randn((obs.batch_size, self.latent_dim), rng).requires_grad_(True)
-            runs = [stage(z, self.generator, self.steps[0], None)]
+            runs = [stage(z, self.generator, self.steps[0], None, transform)]
             feature = self.blocks[0](z.detach().view(-1, self.latent_dim, 1, 1))
             for k, iterations in enumerate(self.steps[1:], start=1):
                 variable = feature.detach().clone().requires_grad_(True)
                 tail = nn.Sequential(*self.blocks[k:])
-                runs.append(stage(variable, tail, iterations, self.radii[k - 1]))
+                runs.append(stage(variable, tail, iterations, self.radii[k - 1], transform))
                 feature = self.blocks[k](variable.detach())
             losses = [score for _, score, _ in runs]
             index = min(range(len(runs)), key=losses.__getitem__)
@@ -183,26 +191,32 @@ class GIFD:
                               restart=restart,
                               extra={"stage": index, "stage_losses": [s for _, s, _ in runs]})
 
-    def reconstruct_many(self, observations: list[Observation], progress: str | None = None
+    def reconstruct_many(self, observations: list[Observation], progress: str | None = None,
+                         trial_transforms: Sequence[RestartTransforms] | None = None
                          ) -> list[Reconstruction]:
         """One Reconstruction per observation, every stage of victims x restarts optimised
         together (:func:`~fedleak.attacks.optimization.optimize_vectorised`, in chunks):
-        victim v with seed ``self.seed + v`` as the per-victim attack, the same stage
-        chain, l1 projections and (restart, stage) choice."""
-        if self.stopper is not None:
-            raise ValueError(f"reconstruct_many cannot stop early; got stopper={self.stopper} "
-                             "(use reconstruct_all to loop)")
+        victim v with seed ``self.seed + v`` (and ``trial_transforms[v]``, EOT, in place of
+        the adaptive T when given) as the per-victim attack, the same stage chain, l1
+        projections, stoppers (a copy per problem and stage) and (restart, stage) choice."""
+        check_one_each(trial_transforms, observations)
         self.generator.to(first_of(observations).device)
-        return in_chunks(observations, self.restarts, progress, self._stacked_chunk)
+        return in_chunks(observations, self.restarts, progress, lambda part, begin: (
+            self._stacked_chunk(part, begin, None if trial_transforms is None
+                                else trial_transforms[begin:begin + len(part)])))
 
-    def _stacked_chunk(self, observations: list[Observation], begin: int
+    def _stacked_chunk(self, observations: list[Observation], begin: int,
+                       trial_transforms: Sequence[RestartTransforms] | None
                        ) -> list[Reconstruction]:
         start, first = time.perf_counter(), observations[0]
         victims, restarts, shape = len(observations), self.restarts, first.input_shape
         labels = torch.stack([infer_labels(obs) for obs in observations])
         targets = victim_targets(observations)
-        transform = None if self.transform == "none" else per_victim(
-            [adaptive_transform(self.transform, obs) for obs in observations], restarts)
+        if trial_transforms is not None:
+            transform = restart_transforms(trial_transforms, restarts)
+        else:
+            transform = None if self.transform == "none" else per_victim(
+                [adaptive_transform(self.transform, obs) for obs in observations], restarts)
         settings = {"distance": "cosine", "regularizers": {"tv": self.tv, "l2": self.image_norm},
                     "transform": transform, "lr": self.lr, "boxed": False}
         scorer = StackedModel(first.model)
@@ -222,9 +236,11 @@ class GIFD:
                     rows = x.view_as(origin)
                     rows.copy_(origin + project_l1_ball(rows - origin, radius))
 
+            stoppers = None if self.stopper is None else [
+                copy.deepcopy(self.stopper) for _ in range(victims * restarts)]
             run = optimize_vectorised(first.model, variable, labels, targets, render=render,
                                       iterations=iterations, lr_factor=ramped(iterations),
-                                      project=project, **settings)
+                                      project=project, stoppers=stoppers, **settings)
             with torch.no_grad():
                 images = render(run.variables.flatten(0, 1))  # (P, B, C, H, W)
             problem_labels = labels.repeat_interleave(restarts, 0)
@@ -254,9 +270,11 @@ class GIFD:
             trace = []
             for run, _, _ in runs:
                 trace += run.loss_trace[:int(run.iterations[v, restart]), v, restart].tolist()
+            last = runs[-1][0]
+            reason = ("diverged" if last.diverged[v, restart] else "max_iterations"
+                      if last.stop_reasons is None else last.stop_reasons[v][restart])
             out.append(Reconstruction(
-                runs[index][2][v, restart], labels[v], trace, len(trace), share,
-                "diverged" if runs[-1][0].diverged[v, restart] else "max_iterations",
+                runs[index][2][v, restart], labels[v], trace, len(trace), share, reason,
                 restart=restart, extra={"stage": index, "stage_losses": losses[v, restart].tolist(),
                                         "vectorised_problems": victims * restarts}))
         return out

@@ -197,10 +197,8 @@ class GradInversion:
         ``self.seed + v`` as the per-victim attack, its seeds one joint problem (loss
         trace summed over seeds, group mean per victim, best seed by gradient distance).
         Where a seed turns non-finite it alone is frozen at its last finite iterate (the
-        per-victim attack stops every seed)."""
-        if self.stopper is not None:
-            raise ValueError(f"reconstruct_many cannot stop early; got stopper={self.stopper} "
-                             "(use reconstruct_all to loop)")
+        per-victim attack stops every seed). A stopper sees the victim's summed loss and
+        stops its seeds together, as in the loop."""
         first = first_of(observations)
         for obs in observations:  # bad BN statistics fail before any victim runs
             self._bn_target(obs)
@@ -209,7 +207,7 @@ class GradInversion:
         return reconstruct_stacked(observations, StackedAttack(
             draw=lambda obs, rng: obs.randn((obs.batch_size, *obs.input_shape), rng),
             labels=infer_labels, settings=settings, extra={"bn": self.bn},
-            prior=self._stacked_prior, choose=self._best_seed),
+            prior=self._stacked_prior, choose=self._best_seed, stopper=self.stopper),
             restarts=self.restarts, seed=self.seed, progress=progress)
 
     def _stacked_prior(self, observations: list[Observation], restarts: int) -> StackedPrior:

@@ -5,17 +5,19 @@ with the cosine taken over all layers at once. Adam (lr 0.1) on the sign of the
 gradient, lr x 0.1 at 3/8, 5/8 and 7/8 of 24,000 iterations, x from N(0, 1),
 lambda_TV = 1e-4, best of ``restarts`` by final loss. Labels: the observed ones
 when the attacker knows them, else the iDLG rule (batch of one). A
-``trial_transform`` T (EOT) makes the objective match T(g(x), x) to g.
+``trial_transform`` (EOT) makes restart r's objective match T_r(g(x), x) to g.
 
 ``reconstruct_many`` attacks several victims of one round at once with
 :func:`~fedleak.attacks.optimization.reconstruct_stacked` (victims x restarts
-as one batch); victim v draws its restarts from a generator seeded ``seed + v``, so
-it starts from the images that ``InvertingGradients(seed=seed + v)(obs)`` does.
+as one batch, each with its own stopper); victim v draws its restarts from a generator
+seeded ``seed + v``, so
+it starts from the images that ``InvertingGradients(seed=seed + v)(obs)`` does, and with
+``trial_transforms`` (EOT) victim v's restarts are transformed by ``trial_transforms[v]``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection, Sequence
 
 import torch
 
@@ -24,6 +26,7 @@ from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import idlg_label
 from fedleak.attacks.objectives import RESIDUAL_DISTANCES, Candidate, compose
 from fedleak.attacks.optimization import (
+    RestartTransforms,
     StackedAttack,
     best_of_restarts,
     clamp_unit,
@@ -37,6 +40,7 @@ MILESTONES = (3 / 8, 5 / 8, 7 / 8)
 
 @register("inverting_gradients")
 class InvertingGradients:
+
     def __init__(self, *, iterations: int, lr: float, tv: float, restarts: int, signed: bool,
                  boxed: bool, distance: str, stopper: dict | None, seed: int = 0) -> None:
         self.iterations, self.lr, self.tv, self.restarts = iterations, lr, tv, restarts
@@ -44,7 +48,7 @@ class InvertingGradients:
         self.stopper = stopper_from(stopper)
 
     def __call__(self, obs: Observation, stopper: Stopper | None = None,
-                 trial_transform: Callable[[Update, torch.Tensor], Update] | None = None,
+                 trial_transform: RestartTransforms | None = None,
                  snapshots: Collection[int] = ()) -> Reconstruction:
         labels = obs.labels.to(obs.device) if obs.labels is not None else idlg_label(obs)
         target = obs.target_gradient()
@@ -52,13 +56,14 @@ class InvertingGradients:
         loss_of = compose(self.distance, {"tv": self.tv})
         rng = torch.Generator().manual_seed(self.seed)
 
-        def run_once(_: int):
+        def run_once(index: int):
             x = obs.randn((obs.batch_size, *obs.input_shape), rng).requires_grad_(True)
+            transform = None if trial_transform is None else trial_transform(index)
 
             def objective() -> torch.Tensor:
                 trial = Update.of(obs.model, x, labels, create_graph=True)
-                if trial_transform is not None:
-                    trial = trial_transform(trial, x)
+                if transform is not None:
+                    trial = transform(trial, x)
                 return loss_of([trial[n] for n in names], target, Candidate(x))
 
             return optimize([x], objective, optimizer="adam", lr=self.lr,
@@ -78,14 +83,13 @@ class InvertingGradients:
         their products)."""
         return self.distance in RESIDUAL_DISTANCES
 
-    def reconstruct_many(self, observations: list[Observation], progress: str | None = None
+    def reconstruct_many(self, observations: list[Observation], progress: str | None = None,
+                         trial_transforms: Sequence[RestartTransforms] | None = None
                          ) -> list[Reconstruction]:
         """One Reconstruction per observation, victims x restarts optimised together
         (:func:`~fedleak.attacks.optimization.reconstruct_stacked`); victim v uses seed
-        ``self.seed + v``. Every problem runs all iterations (no stopper)."""
-        if self.stopper is not None:
-            raise ValueError(f"reconstruct_many runs every iteration; got stopper={self.stopper}, "
-                             "expected None (use reconstruct_all to loop with a stopper)")
+        ``self.seed + v`` and ``trial_transforms[v]`` (EOT) when given, each problem with
+        its own copy of the stopper."""
         settings = {"distance": self.distance, "regularizers": {"tv": self.tv}, "lr": self.lr,
                     "iterations": self.iterations, "signed": self.signed,
                     "milestones": MILESTONES, "boxed": self.boxed}
@@ -93,4 +97,5 @@ class InvertingGradients:
             draw=lambda obs, rng: obs.randn((obs.batch_size, *obs.input_shape), rng),
             labels=lambda obs: (obs.labels.to(obs.device) if obs.labels is not None
                                 else idlg_label(obs)),
-            settings=settings), restarts=self.restarts, seed=self.seed, progress=progress)
+            settings=settings, stopper=self.stopper), restarts=self.restarts, seed=self.seed,
+            progress=progress, trial_transforms=trial_transforms)

@@ -13,6 +13,7 @@ Python, and ``optimize`` steps the problems together.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -34,7 +35,7 @@ from fedleak.attacks.objectives import (
     penalty,
 )
 from fedleak.attacks.stacked_gradients import StackedModel
-from fedleak.types import Observation
+from fedleak.types import Observation, Update
 
 OPTIMIZERS = ("lbfgs", "adam")
 
@@ -48,7 +49,8 @@ def clamp_unit(variables: list[torch.Tensor]) -> None:
 class Trajectory:
     """What :func:`optimize` did. One problem: the finite losses, their count and why it
     stopped. P stacked problems: ``loss_trace`` (iterations, P), of which problem p
-    recorded the first ``iterations[p]`` entries, and ``diverged`` (P,)."""
+    recorded the first ``iterations[p]`` entries, ``diverged`` (P,) and, with stoppers,
+    ``stop_reasons`` (P,)."""
 
     variables: list[torch.Tensor]
     loss_trace: list[float] | torch.Tensor
@@ -56,6 +58,7 @@ class Trajectory:
     stop_reason: str
     snapshots: dict[int, torch.Tensor] = field(default_factory=dict)
     diverged: torch.Tensor | None = None
+    stop_reasons: list[str] | None = None
 
     @property
     def final_loss(self) -> float:
@@ -80,7 +83,8 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
              lr_factor: Callable[[int], float] | None = None,
              betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
              project: Callable[[list[torch.Tensor]], None] | None = None,
-             stopper: Stopper | None = None, snapshot_at: Collection[int] = (),
+             stopper: Stopper | Sequence[Stopper] | None = None,
+             snapshot_at: Collection[int] = (),
              render: Callable[[list[torch.Tensor]], torch.Tensor] | None = None) -> Trajectory:
     """The one optimisation loop of every gradient-based attack: minimise ``objective()``
     over ``variables`` in place with a torch optimiser; returns the trajectory.
@@ -94,10 +98,14 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
 
     The lr is multiplied by ``gamma`` at each fraction of ``iterations`` in
     ``milestones``, or by ``lr_factor(t)`` at step t. ``signed`` steps on the sign of the
-    gradient. ``project`` runs after every step, ``stopper`` (one problem) sees every
-    finite loss. ``render(variables)`` (the images, in [0, 1] after clamping) is recorded
-    at each iteration of ``snapshot_at`` (0: the start); iterations after the run stopped
-    early get its final images.
+    gradient. ``project`` runs after every step. ``stopper`` sees every finite loss of
+    one problem; P stacked problems take a sequence of G stoppers (G dividing P), stopper
+    g fed the summed loss of the g-th run of P / G consecutive problems (one each, or a
+    victim's seeds optimised as one joint problem; one host sync a step): problems whose
+    stopper fires keep that iterate and stop counting while the others go on, as if they
+    had run alone, and the loop ends once none runs. ``render(variables)`` (the images,
+    in [0, 1] after clamping) is recorded at each iteration of ``snapshot_at`` (0: the
+    start); iterations after the run stopped early get its final images.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
@@ -112,8 +120,9 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
     else:
         steps = sorted({int(m * iterations) for m in milestones})
         schedule = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=steps, gamma=gamma)
-    if stopper is not None:
-        stopper.reset()
+    stoppers = list(stopper) if isinstance(stopper, Sequence) else None
+    for each in stoppers or ([] if stopper is None else [stopper]):
+        each.reset()
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
@@ -132,9 +141,11 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
 
     trace: list[torch.Tensor] = []
     last_good = [v.detach().clone() for v in variables]
-    active = torch.tensor(True)
+    active = torch.tensor(True)  # still optimised: finite and not stopped
+    diverged = torch.tensor(False)
     counted = 0
     reason = "max_iterations"
+    reasons = None if stoppers is None else ["max_iterations"] * len(stoppers)
     snapshots: dict[int, torch.Tensor] = {}
 
     def snapshot(t: int) -> None:
@@ -153,8 +164,13 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
             loss = closure()
             opt.step()
         schedule.step()
+        if stoppers is not None and (loss.ndim != 1 or len(loss) % len(stoppers)):
+            raise ValueError(f"{len(stoppers)} stoppers need a multiple of as many stacked "
+                             f"problems, got a loss of shape {tuple(loss.shape)}")
         with torch.no_grad():
-            active = active.to(loss.device) & _finite(loss, variables)
+            finite = _finite(loss, variables)
+            diverged = diverged.to(loss.device) | (active.to(loss.device) & ~finite)
+            active = active.to(loss.device) & finite
             if loss.ndim == 0 and not active:
                 for v, good in zip(variables, last_good):
                     v.copy_(good)
@@ -171,14 +187,30 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
         if loss.ndim:  # stacked problems count their own iterations
             counted = counted + active.long()
         snapshot(len(trace))
-        if stopper is not None and (why := stopper.update(float(loss))) is not None:
+        if stoppers is not None:
+            groups = len(stoppers)
+            running = active.view(groups, -1).any(1).tolist()
+            values = loss.view(groups, -1).sum(1).tolist()
+            for g, each in enumerate(stoppers):
+                if running[g] and (why := each.update(values[g])) is not None:
+                    reasons[g], running[g] = why, False
+            active = active & torch.tensor(running, device=loss.device).repeat_interleave(
+                len(loss) // groups)
+            if not any(running):
+                break
+        elif stopper is not None and (why := stopper.update(float(loss))) is not None:
             reason = why
             break
     if snapshot_at:
         final = render(variables).detach().clamp(0, 1).cpu()
         snapshots.update({t: final for t in snapshot_at if t > len(trace)})
     if trace and trace[0].ndim:  # P problems: traces, counts and divergence stay tensors
-        return Trajectory(variables, torch.stack(trace), counted, reason, snapshots, ~active)
+        if reasons is not None:
+            size = len(diverged) // len(reasons)
+            reasons = ["diverged" if d else reasons[p // size]
+                       for p, d in enumerate(diverged.tolist())]
+        return Trajectory(variables, torch.stack(trace), counted, reason, snapshots, diverged,
+                          reasons)
     return Trajectory(variables, torch.stack(trace).tolist() if trace else [], len(trace),
                       reason, snapshots)
 
@@ -203,13 +235,15 @@ class BatchedTrajectory:
 
     ``variables``: (V, R, ...) final (last finite) iterates; ``loss_trace``:
     (iterations, V, R), of which problem (v, r) recorded the first
-    ``iterations[v, r]`` entries (the finite ones before it diverged, if it did).
+    ``iterations[v, r]`` entries (the finite ones before it diverged or its stopper
+    fired), and ``stop_reasons[v][r]`` when stoppers ran.
     """
 
     variables: torch.Tensor
     loss_trace: torch.Tensor
     iterations: torch.Tensor
     diverged: torch.Tensor
+    stop_reasons: list[list[str]] | None = None
 
     def final_loss(self) -> torch.Tensor:
         """(V, R) last recorded loss per problem; inf where none was recorded."""
@@ -223,6 +257,10 @@ class BatchedTrajectory:
 
 
 Render = Callable[[torch.Tensor], torch.Tensor]
+# A gradient transformation T: (trial gradient, trial images in [0, 1]) -> transformed gradient.
+Transform = Callable[[Update, torch.Tensor], Update]
+# restart r -> the transformation of that restart's trial gradients (EOT: its defense samples)
+RestartTransforms = Callable[[int], Transform]
 # T(trial gradients name -> (P, *shape), images (P, B, ...)) -> transformed trial gradients
 StackedTransform = Callable[[dict[str, torch.Tensor], torch.Tensor], dict[str, torch.Tensor]]
 # an attack's own term: (images (P, B, ...), the model that just ran them) -> (P,), called
@@ -285,6 +323,7 @@ def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Ten
                         signed: bool = False, milestones: Sequence[float] = (),
                         gamma: float = 0.1, lr_factor: Callable[[int], float] | None = None,
                         boxed: bool = True, project: Callable[[torch.Tensor], None] | None = None,
+                        stoppers: Sequence[Stopper] | None = None,
                         betas: tuple[float, float] = (0.9, 0.999),
                         eps: float = 1e-8) -> BatchedTrajectory:
     """Adam on V x R gradient-matching problems at once (Geiping et al., NeurIPS 2020, Eq. 4).
@@ -309,7 +348,9 @@ def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Ten
     fraction of ``iterations`` in ``milestones`` or by ``lr_factor(t)`` at step t,
     ``boxed`` projecting onto [0, 1] and ``project`` (in place, on the (P, ...)
     variables) after every step; a problem that turns non-finite is frozen at its last
-    finite iterate. The loss trace stays on the device (no host sync).
+    finite iterate, as is one whose stopper fires (``stoppers``: one per problem,
+    victim-major, or one per victim whose restarts form one joint problem, fed their
+    summed loss). The loss trace stays on the device (no host sync without stoppers).
     """
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
@@ -340,10 +381,13 @@ def optimize_vectorised(model: nn.Module, start: torch.Tensor, labels: torch.Ten
 
     run = optimize([x], batched, optimizer="adam", lr=lr, iterations=iterations,
                    signed=signed, milestones=milestones, gamma=gamma, lr_factor=lr_factor,
-                   betas=betas, eps=eps, project=projection)
+                   betas=betas, eps=eps, project=projection, stopper=stoppers)
     grid = (victims, restarts)
+    reasons = None if run.stop_reasons is None else [
+        run.stop_reasons[v * restarts:(v + 1) * restarts] for v in range(victims)]
     return BatchedTrajectory(x.detach().unflatten(0, grid), run.loss_trace.unflatten(1, grid),
-                             run.iterations.unflatten(0, grid), run.diverged.unflatten(0, grid))
+                             run.iterations.unflatten(0, grid), run.diverged.unflatten(0, grid),
+                             reasons)
 
 
 @dataclass
@@ -357,7 +401,9 @@ class StackedAttack:
     ``prior(observations, restarts)`` gives the :data:`StackedPrior` of a chunk of victims
     (victim-major problems). ``choose(obs, images (R, B, ...), labels)`` makes a victim's
     restarts one joint problem (GradInversion's seeds): it returns the restart to keep
-    and what it adds to ``extra``, and the loss trace is the restarts' sum."""
+    and what it adds to ``extra``, and the loss trace is the restarts' sum. ``stopper``
+    (EPAFL) is copied to every problem (with ``choose``: to every victim, fed the sum),
+    each stopping on its own losses."""
 
     draw: Callable[[Observation, torch.Generator], torch.Tensor]
     labels: Callable[[Observation], torch.Tensor]
@@ -366,6 +412,7 @@ class StackedAttack:
     transform: Callable[[Observation], StackedTransform] | None = None
     prior: Callable[[list[Observation], int], StackedPrior] | None = None
     choose: Callable[[Observation, torch.Tensor, torch.Tensor], tuple[int, dict]] | None = None
+    stopper: Stopper | None = None
 
 
 def per_victim(transforms: list[StackedTransform], restarts: int) -> StackedTransform:
@@ -380,6 +427,33 @@ def per_victim(transforms: list[StackedTransform], restarts: int) -> StackedTran
     return apply
 
 
+def per_problem(transforms: Sequence[Transform]) -> StackedTransform:
+    """One transform for P problems: ``transforms[p]`` applied to problem p's own trial
+    gradient and images (EOT's defense samples, which draw per problem)."""
+    def apply(trial: dict[str, torch.Tensor], images: torch.Tensor) -> dict[str, torch.Tensor]:
+        parts = [t(Update({k: g[p] for k, g in trial.items()}), images[p])
+                 for p, t in enumerate(transforms)]
+        return {k: torch.stack([part[k] for part in parts]) for k in trial}
+
+    return apply
+
+
+def restart_transforms(trial_transforms: Sequence[RestartTransforms], restarts: int
+                       ) -> StackedTransform:
+    """The transform of V victims x ``restarts`` problems (victim-major) from each
+    victim's :data:`RestartTransforms`."""
+    return per_problem([of_restart(r) for of_restart in trial_transforms
+                        for r in range(restarts)])
+
+
+def check_one_each(trial_transforms: Sequence[RestartTransforms] | None,
+                   observations: list[Observation]) -> None:
+    """ValueError unless ``trial_transforms`` is None or gives one per observation."""
+    if trial_transforms is not None and len(trial_transforms) != len(observations):
+        raise ValueError(f"trial_transforms must give one per observation "
+                         f"({len(observations)}), got {len(trial_transforms)}")
+
+
 def first_of(observations: list[Observation]) -> Observation:
     """The first observation (ValueError for none): the one whose model, batch size and
     input shape every stacked victim shares."""
@@ -389,14 +463,23 @@ def first_of(observations: list[Observation]) -> Observation:
 
 
 def reconstruct_stacked(observations: list[Observation], attack: StackedAttack, *,
-                        restarts: int, seed: int, progress: str | None = None
+                        restarts: int, seed: int, progress: str | None = None,
+                        trial_transforms: Sequence[RestartTransforms] | None = None
                         ) -> list[Reconstruction]:
     """One Reconstruction per observation, victims x restarts optimised together by
     :func:`optimize_vectorised` (in chunks, :func:`in_chunks`): victim v draws its
     ``restarts`` starts in turn from a generator seeded ``seed + v``, as the per-victim
-    attack built with that seed does, and keeps its restart of lowest final loss."""
-    return in_chunks(observations, restarts, progress,
-                     lambda part, begin: _stacked_chunk(part, attack, restarts, seed + begin))
+    attack built with that seed does, and keeps its restart of lowest final loss.
+    ``trial_transforms[v]`` (EOT), when given, transforms victim v's restarts' trial
+    gradients in place of ``attack.transform``."""
+    check_one_each(trial_transforms, observations)
+
+    def run(part: list[Observation], begin: int) -> list[Reconstruction]:
+        transforms = (None if trial_transforms is None
+                      else trial_transforms[begin:begin + len(part)])
+        return _stacked_chunk(part, attack, restarts, seed + begin, transforms)
+
+    return in_chunks(observations, restarts, progress, run)
 
 
 def in_chunks(observations: list[Observation], restarts: int, progress: str | None,
@@ -437,7 +520,8 @@ def victim_targets(observations: list[Observation]) -> dict[str, torch.Tensor]:
 
 
 def _stacked_chunk(observations: list[Observation], attack: StackedAttack, restarts: int,
-                   seed: int) -> list[Reconstruction]:
+                   seed: int, trial_transforms: Sequence[RestartTransforms] | None
+                   ) -> list[Reconstruction]:
     start = time.perf_counter()
     first = observations[0]
 
@@ -448,11 +532,17 @@ def _stacked_chunk(observations: list[Observation], attack: StackedAttack, resta
     labels = torch.stack([attack.labels(obs) for obs in observations])
     targets = victim_targets(observations)
     settings = dict(attack.settings)
-    if attack.transform is not None:
+    if trial_transforms is not None:
+        settings["transform"] = restart_transforms(trial_transforms, restarts)
+    elif attack.transform is not None:
         settings["transform"] = per_victim([attack.transform(obs) for obs in observations],
                                            restarts)
     if attack.prior is not None:
         settings["prior"] = attack.prior(observations, restarts)
+    if attack.stopper is not None:
+        joint = attack.choose is not None  # a victim's restarts stop together
+        settings["stoppers"] = [copy.deepcopy(attack.stopper) for _ in range(
+            len(observations) * (1 if joint else restarts))]
     run = optimize_vectorised(first.model,
                               torch.stack([starts(v, o) for v, o in enumerate(observations)]),
                               labels, targets, **settings)
@@ -491,7 +581,8 @@ def _stacked_chunk(observations: list[Observation], attack: StackedAttack, resta
         else:  # one joint problem: the restarts' summed loss, up to the first divergence
             steps, failed = int(counts[v].min()), bool(diverged[v].any())
             losses = trace[:steps, v].sum(1)
-        out.append(Reconstruction(
-            images[v].detach().clamp(0, 1), labels[v], losses.tolist(), steps, share,
-            "diverged" if failed else "max_iterations", restart=r, extra=extra))
+        reason = ("diverged" if failed else "max_iterations" if run.stop_reasons is None
+                  else run.stop_reasons[v][r])
+        out.append(Reconstruction(images[v].detach().clamp(0, 1), labels[v], losses.tolist(),
+                                  steps, share, reason, restart=r, extra=extra))
     return out

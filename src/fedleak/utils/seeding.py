@@ -26,3 +26,8 @@ def child_seeds(seed: int, concerns: list[str]) -> dict[str, int]:
     """One independent integer seed per named concern, from one SeedSequence."""
     children = np.random.SeedSequence(seed).spawn(len(concerns))
     return {name: int(c.generate_state(1)[0]) for name, c in zip(concerns, children)}
+
+
+def derived_seed(*keys: int) -> int:
+    """An integer seed determined by ``keys`` (e.g. a victim's seed and a restart index)."""
+    return int(np.random.SeedSequence(list(keys)).generate_state(1)[0])
