@@ -21,8 +21,9 @@ from fedleak.attacks.objectives import (
     STACKED_DISTANCES,
     GradientProducts,
 )
-from fedleak.attacks.optimization import optimize, optimize_vectorised
+from fedleak.attacks.optimization import optimize
 from fedleak.attacks.stacked_gradients import StackedModel, unsupported
+from fedleak.attacks.stacked_problems import optimize_vectorised
 from fedleak.models import LeNet, ResNet
 from fedleak.types import Update
 

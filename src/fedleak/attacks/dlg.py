@@ -29,14 +29,8 @@ from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.lockstep import restarts_in_lockstep
 from fedleak.attacks.objectives import l2_distance
-from fedleak.attacks.optimization import (
-    Trajectory,
-    best_of_restarts,
-    in_chunks,
-    optimize,
-    stacked_loss,
-    victim_targets,
-)
+from fedleak.attacks.optimization import Trajectory, best_of_restarts, optimize
+from fedleak.attacks.stacked_problems import in_chunks, stacked_loss, victim_targets
 from fedleak.types import Observation, Update
 
 

@@ -46,7 +46,7 @@ import torch
 from fedleak.attacks.base import Reconstruction, build, needs, register
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import infer_labels
-from fedleak.attacks.optimization import RestartTransforms
+from fedleak.attacks.stacked_problems import RestartTransforms
 from fedleak.defenses import Defense
 from fedleak.defenses import build as build_defense
 from fedleak.types import DefenseContext, Observation, Update

@@ -50,19 +50,17 @@ from fedleak.attacks.objectives import (
     compose,
     penalty,
 )
-from fedleak.attacks.optimization import (
+from fedleak.attacks.optimization import Trajectory, best_of_restarts, optimize
+from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
+from fedleak.attacks.stacked_gradients import StackedModel, forming_pays, unsupported
+from fedleak.attacks.stacked_problems import (
     RestartTransforms,
     StackedAttack,
-    Trajectory,
     Transform,
-    best_of_restarts,
     first_of,
-    optimize,
     per_problem,
     reconstruct_stacked,
 )
-from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
-from fedleak.attacks.stacked_gradients import StackedModel, forming_pays, unsupported
 from fedleak.types import Need, Observation, Update
 
 TRANSFORMS = ("none", "pruning", "clipping", "soteria")
@@ -140,7 +138,7 @@ class GenerativeGradientLeakage:
                          trial_transforms: Sequence[RestartTransforms] | None = None
                          ) -> list[Reconstruction]:
         """One Reconstruction per observation, the latent searches of victims x restarts
-        optimised together (:func:`~fedleak.attacks.optimization.reconstruct_stacked`);
+        optimised together (:func:`~fedleak.attacks.stacked_problems.reconstruct_stacked`);
         victim v uses seed ``self.seed + v``, as the per-victim attack built with it, and
         ``trial_transforms[v]`` (EOT) in place of the adaptive T when given."""
         if not self.vectorisable:

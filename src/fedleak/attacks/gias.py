@@ -67,21 +67,18 @@ from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.gradinversion import bn_loss, stacked_statistics
 from fedleak.attacks.label_inference import infer_labels
 from fedleak.attacks.objectives import RESIDUAL_DISTANCES, Candidate, compose, penalty
-from fedleak.attacks.optimization import (
+from fedleak.attacks.optimization import Trajectory, best_of_restarts, clamp_unit, optimize
+from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
+from fedleak.attacks.stacked_problems import (
     BatchedTrajectory,
     StackedAttack,
     StackedPrior,
-    Trajectory,
-    best_of_restarts,
-    clamp_unit,
     first_of,
     in_chunks,
-    optimize,
     reconstruct_stacked,
     stacked_loss,
     victim_targets,
 )
-from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
 from fedleak.types import Need, Observation, Update
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
@@ -271,7 +268,7 @@ class GIAS:
         """One Reconstruction per observation, the searches of victims x restarts optimised
         together, victim v with seed ``self.seed + v`` as the per-victim attack: the image
         (GI-x) or latent (GI-z, GI-z/w) search through
-        :func:`~fedleak.attacks.optimization.reconstruct_stacked`, the parameter search
+        :func:`~fedleak.attacks.stacked_problems.reconstruct_stacked`, the parameter search
         (GI-w; GI-z/w from each victim's best latent code) through
         :meth:`_stacked_parameters`."""
         if not self.vectorisable:

@@ -50,22 +50,21 @@ from fedleak.attacks.objectives import (
     compose,
     cosine_distance,
 )
-from fedleak.attacks.optimization import (
+from fedleak.attacks.optimization import Trajectory, optimize
+from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
+from fedleak.attacks.stacked_gradients import StackedModel
+from fedleak.attacks.stacked_problems import (
     BatchedTrajectory,
     RestartTransforms,
-    Trajectory,
     Transform,
     check_one_each,
     first_of,
     in_chunks,
-    optimize,
     optimize_vectorised,
     per_victim,
     restart_transforms,
     victim_targets,
 )
-from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
-from fedleak.attacks.stacked_gradients import StackedModel
 from fedleak.types import Need, Observation, Update
 
 
@@ -195,7 +194,7 @@ class GIFD:
                          trial_transforms: Sequence[RestartTransforms] | None = None
                          ) -> list[Reconstruction]:
         """One Reconstruction per observation, every stage of victims x restarts optimised
-        together (:func:`~fedleak.attacks.optimization.optimize_vectorised`, in chunks):
+        together (:func:`~fedleak.attacks.stacked_problems.optimize_vectorised`, in chunks):
         victim v with seed ``self.seed + v`` (and ``trial_transforms[v]``, EOT, in place of
         the adaptive T when given) as the per-victim attack, the same stage chain, l1
         projections, stoppers (a copy per problem and stage) and (restart, stage) choice."""

@@ -58,15 +58,14 @@ from fedleak.attacks.bn_statistics import (
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import infer_labels
 from fedleak.attacks.objectives import Candidate, compose, l2_distance
-from fedleak.attacks.optimization import (
+from fedleak.attacks.optimization import clamp_unit, optimize
+from fedleak.attacks.stacked_gradients import StackedModel
+from fedleak.attacks.stacked_problems import (
     StackedAttack,
     StackedPrior,
-    clamp_unit,
     first_of,
-    optimize,
     reconstruct_stacked,
 )
-from fedleak.attacks.stacked_gradients import StackedModel
 from fedleak.types import Need, Observation, Update
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
@@ -193,7 +192,7 @@ class GradInversion:
     def reconstruct_many(self, observations: list[Observation], progress: str | None = None
                          ) -> list[Reconstruction]:
         """One Reconstruction per observation, the seeds of all victims optimised together
-        (:func:`~fedleak.attacks.optimization.reconstruct_stacked`): victim v with seed
+        (:func:`~fedleak.attacks.stacked_problems.reconstruct_stacked`): victim v with seed
         ``self.seed + v`` as the per-victim attack, its seeds one joint problem (loss
         trace summed over seeds, group mean per victim, best seed by gradient distance).
         Where a seed turns non-finite it alone is frozen at its last finite iterate (the

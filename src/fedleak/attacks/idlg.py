@@ -16,7 +16,8 @@ from fedleak.attacks.dlg import DLG
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import idlg_label
 from fedleak.attacks.objectives import l2_distance
-from fedleak.attacks.optimization import Trajectory, best_of_restarts, stacked_loss, victim_targets
+from fedleak.attacks.optimization import Trajectory, best_of_restarts
+from fedleak.attacks.stacked_problems import stacked_loss, victim_targets
 from fedleak.types import Observation, Update
 
 

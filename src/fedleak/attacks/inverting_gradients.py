@@ -8,7 +8,7 @@ when the attacker knows them, else the iDLG rule (batch of one). A
 ``trial_transform`` (EOT) makes restart r's objective match T_r(g(x), x) to g.
 
 ``reconstruct_many`` attacks several victims of one round at once with
-:func:`~fedleak.attacks.optimization.reconstruct_stacked` (victims x restarts
+:func:`~fedleak.attacks.stacked_problems.reconstruct_stacked` (victims x restarts
 as one batch, each with its own stopper); victim v draws its restarts from a generator
 seeded ``seed + v``, so
 it starts from the images that ``InvertingGradients(seed=seed + v)(obs)`` does, and with
@@ -25,14 +25,8 @@ from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.early_stopping import Stopper
 from fedleak.attacks.label_inference import idlg_label
 from fedleak.attacks.objectives import RESIDUAL_DISTANCES, Candidate, compose
-from fedleak.attacks.optimization import (
-    RestartTransforms,
-    StackedAttack,
-    best_of_restarts,
-    clamp_unit,
-    optimize,
-    reconstruct_stacked,
-)
+from fedleak.attacks.optimization import best_of_restarts, clamp_unit, optimize
+from fedleak.attacks.stacked_problems import RestartTransforms, StackedAttack, reconstruct_stacked
 from fedleak.types import Observation, Update
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
@@ -87,7 +81,7 @@ class InvertingGradients:
                          trial_transforms: Sequence[RestartTransforms] | None = None
                          ) -> list[Reconstruction]:
         """One Reconstruction per observation, victims x restarts optimised together
-        (:func:`~fedleak.attacks.optimization.reconstruct_stacked`); victim v uses seed
+        (:func:`~fedleak.attacks.stacked_problems.reconstruct_stacked`); victim v uses seed
         ``self.seed + v`` and ``trial_transforms[v]`` (EOT) when given, each problem with
         its own copy of the stopper."""
         settings = {"distance": self.distance, "regularizers": {"tv": self.tv}, "lr": self.lr,
