@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
@@ -45,3 +46,8 @@ class Stopper:
         if self.kind in ("plateau", "hybrid") and self.wait >= self.patience:
             return "plateau"
         return None
+
+
+def copies(stopper: Stopper | None, count: int) -> list[Stopper] | None:
+    """``count`` independent copies of ``stopper``, one per stacked problem (None: None)."""
+    return None if stopper is None else [copy.deepcopy(stopper) for _ in range(count)]

@@ -63,7 +63,7 @@ from fedleak.attacks.bn_statistics import (
     batchnorm_layers,
     preserved_buffers,
 )
-from fedleak.attacks.early_stopping import Stopper
+from fedleak.attacks.early_stopping import Stopper, copies
 from fedleak.attacks.gradinversion import bn_loss, stacked_statistics
 from fedleak.attacks.label_inference import infer_labels
 from fedleak.attacks.objectives import RESIDUAL_DISTANCES, Candidate, compose, penalty
@@ -338,11 +338,9 @@ class GIAS:
                    .requires_grad_(True) for n, p in frozen.named_parameters()}
         render = per_image_generators(frozen, observations[0].input_shape)
         codes = z.flatten(0, 1)
-        stoppers = None if self.stopper is None else [
-            copy.deepcopy(self.stopper) for _ in range(victims * restarts)]
         search = optimize(list(weights.values()), lambda: loss_of(render(weights, codes)),
                           optimizer="adam", lr=self.lr_w, iterations=self.parameter_iterations,
-                          milestones=MILESTONES, stopper=stoppers)
+                          milestones=MILESTONES, stopper=copies(self.stopper, victims * restarts))
         with torch.no_grad():
             images = render(weights, codes).unflatten(0, (victims, restarts))
         return images, search

@@ -32,7 +32,6 @@ trial gradient is formed, which stacks only on models where that pays
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Sequence
 
@@ -40,7 +39,7 @@ import torch
 from torch import nn
 
 from fedleak.attacks.base import Reconstruction, register, stopper_from
-from fedleak.attacks.early_stopping import Stopper
+from fedleak.attacks.early_stopping import Stopper, copies
 from fedleak.attacks.gga import adaptive_transform, ramped
 from fedleak.attacks.label_inference import infer_labels
 from fedleak.attacks.objectives import (
@@ -235,11 +234,11 @@ class GIFD:
                     rows = x.view_as(origin)
                     rows.copy_(origin + project_l1_ball(rows - origin, radius))
 
-            stoppers = None if self.stopper is None else [
-                copy.deepcopy(self.stopper) for _ in range(victims * restarts)]
             run = optimize_vectorised(first.model, variable, labels, targets, render=render,
                                       iterations=iterations, lr_factor=ramped(iterations),
-                                      project=project, stoppers=stoppers, **settings)
+                                      project=project,
+                                      stoppers=copies(self.stopper, victims * restarts),
+                                      **settings)
             with torch.no_grad():
                 images = render(run.variables.flatten(0, 1))  # (P, B, C, H, W)
             problem_labels = labels.repeat_interleave(restarts, 0)

@@ -11,7 +11,6 @@ through ``per_victim`` and ``per_problem``.
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +22,7 @@ from torch.func import vmap
 from tqdm import tqdm
 
 from fedleak.attacks.base import Reconstruction
-from fedleak.attacks.early_stopping import Stopper
+from fedleak.attacks.early_stopping import Stopper, copies
 from fedleak.attacks.objectives import (
     RESIDUAL_DISTANCES,
     STACKED_DISTANCES,
@@ -348,10 +347,9 @@ def _stacked_chunk(observations: list[Observation], attack: StackedAttack, resta
                                            restarts)
     if attack.prior is not None:
         settings["prior"] = attack.prior(observations, restarts)
-    if attack.stopper is not None:
-        joint = attack.choose is not None  # a victim's restarts stop together
-        settings["stoppers"] = [copy.deepcopy(attack.stopper) for _ in range(
-            len(observations) * (1 if joint else restarts))]
+    if attack.stopper is not None:  # with choose, a victim's restarts stop together
+        settings["stoppers"] = copies(attack.stopper, len(observations) * (
+            1 if attack.choose is not None else restarts))
     run = optimize_vectorised(first.model,
                               torch.stack([starts(v, o) for v, o in enumerate(observations)]),
                               labels, targets, **settings)
