@@ -52,6 +52,20 @@ def stacked_and_looped(name: str, params: dict, observations: list) -> tuple[lis
     return stacked, looped, difference
 
 
+def assert_like_the_loop(stacked: list, looped: list, difference: float, problems: int) -> None:
+    """``stacked`` ran ``problems`` problems at once and gave the loop's Reconstructions:
+    pixels within 1e-8, the same restarts, iterations and stop reasons, and loss traces
+    within 1e-8 (float64)."""
+    import numpy as np
+
+    assert all(r.extra["vectorised_problems"] == problems for r in stacked)
+    assert difference <= 1e-8
+    for a, b in zip(stacked, looped, strict=True):
+        assert (a.restart, a.iterations, a.stop_reason) == (b.restart, b.iterations,
+                                                            b.stop_reason)
+        assert np.allclose(a.loss_trace, b.loss_trace, rtol=1e-8)
+
+
 @pytest.fixture(scope="session")
 def digits():
     from fedleak.data import load_digits

@@ -14,9 +14,9 @@ import copy
 import numpy as np
 import pytest
 import torch
+from conftest import assert_like_the_loop, stacked_and_looped
 from conftest import lenet_victims as victims
 from conftest import observe_defended as observe
-from conftest import stacked_and_looped
 
 from fedleak import attacks, defenses, metrics
 from fedleak.attacks.eot import DefenseSamples
@@ -107,9 +107,5 @@ def test_stacked_eot_draws_and_reconstructs_what_the_loop_does(pool, digits_gene
         eot["generator"] = copy.deepcopy(digits_generator).double()
     stacked, looped, difference = stacked_and_looped("eot", eot, observations)
     print(f"EOT {wraps} ({defense}) stacked vs loop: max pixel difference {difference:.3g}")
-    assert all(r.extra["vectorised_problems"] == 6 for r in stacked)
-    assert [r.restart for r in stacked] == [r.restart for r in looped]
-    assert difference <= 1e-8
-    for a, b in zip(stacked, looped):
-        assert a.iterations == b.iterations and a.extra["eot_samples"] == 2
-        assert np.allclose(a.loss_trace, b.loss_trace, rtol=1e-8)
+    assert_like_the_loop(stacked, looped, difference, 6)
+    assert all(r.extra["eot_samples"] == 2 for r in stacked)

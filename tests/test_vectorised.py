@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from conftest import stacked_and_looped
+from conftest import assert_like_the_loop, stacked_and_looped
 
 from fedleak import attacks, defenses
 from fedleak.attacks import stacked_gradients
@@ -347,12 +347,7 @@ def test_each_stacked_problem_stops_on_its_own_like_the_loop(digit_batch, kind, 
                                                      observations)
     print(f"{kind}: iterations {[r.iterations for r in stacked]}, reasons "
           f"{[r.stop_reason for r in stacked]}, max pixel difference {difference:.3g}")
-    assert all(r.extra["vectorised_problems"] == 6 for r in stacked)
-    assert difference <= 1e-8
-    for a, b in zip(stacked, looped):
-        assert (a.restart, a.iterations, a.stop_reason) == (b.restart, b.iterations,
-                                                            b.stop_reason)
-        assert np.allclose(a.loss_trace, b.loss_trace, rtol=1e-8)
+    assert_like_the_loop(stacked, looped, difference, 6)
     assert len({r.iterations for r in stacked}) > 1 and min(r.iterations for r in stacked) < 60
 
 
