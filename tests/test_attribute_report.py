@@ -13,6 +13,7 @@ from fedleak import config as cfg
 from fedleak.experiment import plan
 from fedleak.report.attribute import attribute_gap, attribute_table, attribute_tradeoff
 from fedleak.report.figures import save_figure
+from fedleak.types import Setting
 
 CURVES = {  # defense -> [(strength, learning loss, ASR)]
     "none": [(0, 1.0, 0.70)],
@@ -74,3 +75,33 @@ def test_plan_runs_attribute_jobs_for_the_named_defenses_and_the_undefended_zoo_
     no_adversaries = cfg.validate({**cfg.read("config/test.yaml"),
                                    "attribute": {"adversaries": []}})
     assert plan.attribute_jobs(no_adversaries) == []
+
+
+def test_every_setting_shares_the_round_zero_adversaries_and_keeps_its_own_later():
+    raw = cfg.read("config/test.yaml")
+    config = cfg.validate({**raw, "attribute": {**raw["attribute"], "rounds": [0, 2]}})
+    settings = {s for _, s in plan.attribute_jobs(config)}
+    assert len(settings) == 2
+    assert {plan.adversary_setting(s, 0) for s in settings} == {plan.NONE}
+    assert {plan.adversary_setting(s, 2) for s in settings} == settings
+    overridden = Setting("dp_gaussian", 0.01, (("attribute.feature_size", 64),))
+    assert plan.adversary_setting(overridden, 0) == overridden
+    assert {(s, r) for _, s, r in plan.adversary_jobs(config)} == \
+        {(plan.NONE, 0)} | {(s, 2) for s in settings}
+
+
+def test_attribute_job_refuses_adversaries_fitted_under_another_model(tmp_path):
+    import torch
+
+    from fedleak.experiment.attribute import _saved_adversaries
+    from fedleak.models import LeNet
+    from fedleak.utils.io import ArtifactError, save_torch
+
+    path = save_torch(tmp_path / "round0.pt", {"format": "fedleak.adversaries",
+                                                "model": "0" * 64, "fitted": {}})
+    with pytest.raises(ArtifactError, match=r"round0\.pt holds adversaries that learnt under "
+                                            r"another model"):
+        _saved_adversaries(path, LeNet(1, 10, 16))
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    with pytest.raises(ArtifactError, match=r"other\.pt is not a file of fitted adversaries"):
+        _saved_adversaries(tmp_path / "other.pt", LeNet(1, 10, 16))

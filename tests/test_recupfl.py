@@ -144,6 +144,19 @@ def test_adversaries_are_deterministic_and_reject_bad_input(setup):
         adversaries.build("svm").predict(feats)
 
 
+def test_a_neural_adversarys_saved_state_predicts_like_the_fitted_one(setup, stru_nn, tmp_path):
+    from fedleak.utils.io import load_torch, save_torch
+
+    feats = setup["feats"][setup["test"]]
+    save_torch(tmp_path / "adversary.pt", stru_nn.state())
+    restored = adversaries.build("stru_nn").restore(load_torch(tmp_path / "adversary.pt"))
+    assert (restored.predict(feats) == stru_nn.predict(feats)).all()
+    assert [adversaries.build(n).savable for n in adversaries.available()] == \
+        [False, True, False, True]  # rf, stru_nn, svm, unkwn_nn
+    with pytest.raises(ValueError, match=r"hidden widths \[1024, 1024, 512, 128\]"):
+        adversaries.build("unkwn_nn").restore(stru_nn.state())
+
+
 # -- model zoo -----------------------------------------------------------------------------
 
 def test_zoo_has_diverse_three_layer_models_and_round_trips(setup, tmp_path):

@@ -62,6 +62,10 @@ COMMANDS = {
     "train-zoo": (lambda a, c: attribute.train_zoo(c, a.results, a.case, a.seed, a.round),
                   "train RecUP-FL's model zoo for a case, seed and round",
                   ["case", "seed", "round"]),
+    "fit-adversaries": (lambda a, c: attribute.fit_adversaries(c, a.results, a.case, a.setting,
+                                                               a.seed, a.round),
+                        "fit the attribute adversaries once under one setting's model at a "
+                        "round", ["case", "setting", "seed", "round"]),
     "attribute": (lambda a, c: attribute.run_attribute(c, a.results, a.case, a.setting,
                                                        a.seed),
                   "attribute-inference adversaries against one setting's uploads",

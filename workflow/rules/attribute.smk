@@ -22,12 +22,41 @@ rule train_zoo:
         " --seed {wildcards.seed} --round {wildcards.round} 2>&1 | tee {log}"
 
 
+rule fit_adversaries:
+    # The attribute adversaries with a saved form, fitted once under the round's model of
+    # one setting and shared by the attribute jobs that learn under it (round 0: all).
+    input:
+        code("data", "models", "adversaries"),
+        data=case_data,
+        checkpoint=adversary_checkpoint,
+    output:
+        paths.adversaries_file(RESULTS, "{case}", "{setting}", "{seed}", "{round}"),
+    params:
+        spec=adversary_params,
+        config=CONFIG_JSON,
+    log:
+        paths.log(RESULTS, "fit_adversaries", "{case}", "{setting}", "seed{seed}",
+                  "round{round}"),
+    benchmark:
+        paths.benchmark(RESULTS, "fit_adversaries", "{case}", "{setting}", "seed{seed}",
+                        "round{round}")
+    conda:
+        "../envs/fedleak.yaml"
+    resources:
+        **cluster_resources("fit_adversaries"),
+    shell:
+        "fedleak fit-adversaries --config {params.config} --case {wildcards.case}"
+        " --setting {wildcards.setting:q} --seed {wildcards.seed} --round {wildcards.round}"
+        " 2>&1 | tee {log}"
+
+
 rule attribute:
     # Every attribute adversary against one setting's defended uploads, at every round.
     input:
         code("data", "models", "fl", "defenses", "adversaries"),
         fl_inputs,
         fl=attribute_fl_metrics,
+        adversaries=attribute_adversaries,
     output:
         paths.attribute_metrics(RESULTS, "{case}", "{setting}", "{seed}"),
     params:

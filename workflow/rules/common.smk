@@ -152,6 +152,28 @@ def attribute_fl_metrics(wildcards):
     return [fl / "metrics.json"] + [fl / f"round{r}.pt" for r in config["attribute"]["rounds"]]
 
 
+def attribute_rounds(wildcards):
+    return plan.resolve(config, Setting.parse(wildcards.setting))["attribute"]["rounds"]
+
+
+def attribute_adversaries(wildcards):
+    """The fitted adversaries the setting's attribute job uses at each of its rounds."""
+    setting = Setting.parse(wildcards.setting)
+    return [paths.adversaries_file(RESULTS, wildcards.case, plan.adversary_setting(setting, r),
+                                   wildcards.seed, r) for r in attribute_rounds(wildcards)]
+
+
+def adversary_checkpoint(wildcards):
+    return paths.checkpoint(RESULTS, wildcards.case, wildcards.setting, wildcards.seed,
+                            wildcards.round)
+
+
+def adversary_params(wildcards):
+    """What fitting the adversaries reads from the configuration: a change re-runs it."""
+    return {"attribute": plan.resolve(config, Setting.parse(wildcards.setting))["attribute"],
+            "case": plan.find_case(config, wildcards.case)}
+
+
 def attribute_params(wildcards):
     """What an attribute job reads from the configuration: a change re-runs it."""
     resolved = job(wildcards).resolved

@@ -34,6 +34,10 @@ class Adversary(ABC):
     """An attribute-inference classifier: ``fit(features, labels)``, then ``predict``."""
 
     name: str = ""
+    # True where ``state()`` and ``restore(state)`` keep the fitted adversary in a
+    # ``weights_only`` file (scikit-learn has no byte-stable format that loads without
+    # running code: its adversaries are fitted where they are used)
+    savable: bool = False
 
     @abstractmethod
     def fit(self, features: Any, labels: Any) -> Adversary:

@@ -133,6 +133,25 @@ class NeuralAdversary(Adversary):
                          momentum=self.momentum, batch_size=self.batch_size, seed=self.seed)
         return self
 
+    savable = True
+
+    def state(self) -> dict:
+        """The fitted network as plain values and tensors, for ``restore``."""
+        if self.net is None:
+            raise RuntimeError(f"adversary {self.name!r} is not fitted; call fit() first")
+        return {"widths": list(self.net.widths), "classes": self.net.classes,
+                "features": self.net.features, "net": self.net.state_dict()}
+
+    def restore(self, state: dict) -> NeuralAdversary:
+        """This adversary fitted as ``state()`` described it; returns ``self``."""
+        if list(state["widths"]) != self.widths:
+            raise ValueError(f"adversary {self.name!r} has hidden widths {self.widths}; the "
+                             f"saved one has {list(state['widths'])}")
+        self.net = FeatureNet(state["features"], self.widths, state["classes"])
+        self.net.load_state_dict(state["net"])
+        self.net.eval()
+        return self
+
     @torch.no_grad()
     def predict(self, features: Any) -> np.ndarray:
         if self.net is None:

@@ -2,6 +2,9 @@
 
 - :func:`train_zoo`: the defender models of one case at one round, trained on clean
   gradients of D_train (the public split) under the undefended run's model at that round.
+- :func:`fit_adversaries`: the adversaries that have a saved form (the neural ones, most
+  of the fitting time), fitted once per model they learn under and shared by every
+  setting whose round's model that is (``plan.adversary_setting``: at round 0, all).
 - :func:`run_attribute`: one setting's uploads attacked by every adversary at every round.
   The adversaries learn from clean max-pooled gradients of D_train (the strongest
   adversary: it knows the defenders' training set, §5.4); D_test are uploads of client
@@ -12,6 +15,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from pathlib import Path
@@ -29,7 +33,7 @@ from fedleak.experiment.artifacts import Job, build_defense
 from fedleak.experiment.phases import model_at
 from fedleak.fl import client_update
 from fedleak.types import Setting, Update
-from fedleak.utils.io import read_json, write_json
+from fedleak.utils.io import REMEDY, ArtifactError, load_torch, read_json, save_torch, write_json
 from fedleak.utils.seeding import child_seeds, seed_everything
 
 
@@ -61,6 +65,69 @@ def train_zoo(config: dict, results: Path, case: str, seed: int, round_: int) ->
     save_zoo(paths.zoo_file(results, case, seed, round_), zoo)
     print(f"zoo {case} seed {seed} round {round_}: {spec['zoo_size']} models x {names}",
           file=sys.stderr)
+
+
+ADVERSARIES_FORMAT = "fedleak.adversaries"
+
+
+def _seeds(seed: int) -> dict[str, int]:
+    return child_seeds(seed, ["samples", "defense", "adversary"])
+
+
+def _model_digest(model: torch.nn.Module) -> str:
+    """sha256 of the model's weights and buffers (names, dtypes, shapes and values)."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _with_attributes(images: data.ImageData, names: list[str]) -> data.ImageData:
+    return data.ImageData(images.x, images.y, images.num_classes,
+                          {a: images.attributes[a] for a in names})
+
+
+def fit_adversaries(config: dict, results: Path, case: str, setting: Setting, seed: int,
+                    round_: int) -> None:
+    """The savable adversaries of every attribute, fitted on clean features of D_train
+    under the round-``round_`` model of ``setting``, with that model's digest."""
+    planned = plan.adversary_jobs(config)
+    if (case, setting, round_) not in planned:
+        raise ValueError(f"no attribute job learns under the round-{round_} model of setting "
+                         f"{setting.text!r} of case {case!r}; expected one of "
+                         f"{[(c, s.text, r) for c, s, r in planned]}")
+    job = Job(config, results, case, setting, seed)
+    spec, names, seeds = job.resolved["attribute"], plan.attributes(config, case), _seeds(seed)
+    seed_everything(seeds["adversary"], config["threads"])
+    d_train = _with_attributes(_d_train(config, job), names)
+    model = model_at(job, data.load_prepared(job.data_dir, "train"),
+                     paths.checkpoint(results, case, setting, seed, round_))
+    train_x, train_labels = _train_features(model, d_train, spec)
+    savable = [n for n in spec["adversaries"] if adversaries.build(n).savable]
+    fitted = {}
+    for attribute in tqdm(names, desc="adversaries", unit="attribute", leave=False):
+        fitted[attribute] = {
+            name: adversaries.build(name, seed=seeds["adversary"])
+            .fit(train_x, train_labels[attribute]).state() for name in savable}
+    save_torch(paths.adversaries_file(results, case, setting, seed, round_),
+               {"format": ADVERSARIES_FORMAT, "model": _model_digest(model),
+                "fitted": fitted})
+    print(f"adversaries {savable} of {case} {setting} seed {seed} round {round_}: fitted on "
+          f"{len(train_x)} clean gradients x {names}", file=sys.stderr)
+
+
+def _saved_adversaries(path: Path, model: torch.nn.Module) -> dict:
+    """The fitted states in ``path``; ArtifactError unless they learnt under ``model``."""
+    saved = load_torch(path)
+    if not isinstance(saved, dict) or saved.get("format") != ADVERSARIES_FORMAT:
+        raise ArtifactError(f"{path} is not a file of fitted adversaries (expected format "
+                            f"{ADVERSARIES_FORMAT!r}); {REMEDY}")
+    if saved["model"] != _model_digest(model):
+        raise ArtifactError(f"{path} holds adversaries that learnt under another model than "
+                            f"this job's; {REMEDY}")
+    return saved["fitted"]
 
 
 def _majority(values: torch.Tensor) -> int:
@@ -115,31 +182,32 @@ def run_attribute(config: dict, results: Path, case: str, setting: Setting, seed
         raise ValueError(f"setting {setting.text!r} of case {case!r} has no attribute job; "
                          f"`fedleak plan` lists the planned settings")
     job = Job(config, results, case, setting, seed)
-    spec = job.resolved["attribute"]
-    names = plan.attributes(config, case)
-    seeds = child_seeds(seed, ["samples", "defense", "adversary"])
+    spec, names, seeds = job.resolved["attribute"], plan.attributes(config, case), _seeds(seed)
     seed_everything(seeds["adversary"], config["threads"])
-    d_train = _d_train(config, job)
+    d_train = _with_attributes(_d_train(config, job), names)
     train = data.load_prepared(job.data_dir, "train")
     count = min(spec["test_samples"] * spec["batch_size"], len(train))
     chosen = np.random.default_rng(seeds["samples"]).choice(len(train), count, replace=False)
-    d_test = train.subset(torch.from_numpy(chosen))
-    d_test = data.ImageData(d_test.x, d_test.y, d_test.num_classes,
-                            {a: d_test.attributes[a] for a in names})
-    d_train = data.ImageData(d_train.x, d_train.y, d_train.num_classes,
-                             {a: d_train.attributes[a] for a in names})
+    d_test = _with_attributes(train.subset(torch.from_numpy(chosen)), names)
     fl_run = read_json(job.fl_dir / "metrics.json")
+    refitted = [n for n in spec["adversaries"] if not adversaries.build(n).savable]
     rows, times = [], []
     for round_ in spec["rounds"]:
         model = model_at(job, train, paths.checkpoint(results, case, job.setting, seed, round_))
-        train_x, train_labels = _train_features(model, d_train, spec)
+        saved = _saved_adversaries(paths.adversaries_file(
+            results, case, plan.adversary_setting(setting, round_), seed, round_), model)
+        if refitted:
+            train_x, train_labels = _train_features(model, d_train, spec)
         test_x, test_labels, seconds = _uploads(job, model, d_test, round_, seeds)
         times += seconds
         for attribute in names:
             chance = float(np.bincount(test_labels[attribute]).max() / len(test_x))
             for name in spec["adversaries"]:
                 adversary = adversaries.build(name, seed=seeds["adversary"])
-                adversary.fit(train_x, train_labels[attribute])
+                if name in refitted:
+                    adversary.fit(train_x, train_labels[attribute])
+                else:
+                    adversary.restore(saved[attribute][name])
                 asr = float(np.mean(adversary.predict(test_x) == test_labels[attribute]))
                 rows.append({"adversary": name, "attribute": attribute, "round": round_,
                              "asr": asr, "chance": chance, "uploads": len(test_x)})

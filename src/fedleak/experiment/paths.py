@@ -48,6 +48,14 @@ def zoo_file(results: Path, case: str, seed: Part, round_: Part) -> Path:
     return Path(results) / "zoo" / case / f"seed{seed}" / f"round{round_}.pt"
 
 
+def adversaries_file(results: Path, case: str, setting: Part, seed: Part, round_: Part
+                     ) -> Path:
+    """The attribute adversaries that learnt under the round-``round_`` model of ``setting``
+    (``plan.adversary_setting``) and seed ``seed``."""
+    return Path(results) / "adversaries" / case / str(setting) / f"seed{seed}" / \
+        f"round{round_}.pt"
+
+
 def attribute_metrics(results: Path, case: str, setting: Part, seed: Part) -> Path:
     """One setting's attribute-inference results (RecUP-FL §5.4), every round and adversary."""
     return Path(results) / "attribute" / case / str(setting) / f"seed{seed}" / "metrics.json"

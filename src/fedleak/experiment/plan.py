@@ -190,6 +190,25 @@ def attribute_jobs(config: dict) -> list[tuple[str, Setting]]:
                   key=lambda cs: (cs[0], cs[1].text))
 
 
+def adversary_setting(setting: Setting, round_: int) -> Setting:
+    """The setting whose round-``round_`` model the attribute adversaries of ``setting``
+    learn under (clean gradients of the public split). At round 0 every setting of a seed
+    starts from the same weights (``run_fl`` builds the model before the defense), so the
+    settings that leave ``attribute.`` as configured share the undefended run's adversaries;
+    after round 0 each setting's model is its own."""
+    own = fl_setting(setting)
+    if round_ == 0 and not any(key.startswith("attribute.") for key in own.config_overrides):
+        return NONE
+    return own
+
+
+def adversary_jobs(config: dict) -> list[tuple[str, Setting, int]]:
+    """(case, setting, round) of every model that attribute adversaries learn under."""
+    return sorted({(case, adversary_setting(s, r), r) for case, s in attribute_jobs(config)
+                   for r in resolve(config, s)["attribute"]["rounds"]},
+                  key=lambda csr: (csr[0], csr[1].text, csr[2]))
+
+
 def check_setting(config: dict, case: str, setting: Setting) -> None:
     """ConfigError unless (case, setting) is an attack or FL job of the configuration."""
     find_case(config, case)

@@ -39,6 +39,20 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _umask() -> int:
+    """The process umask, read without changing it (Linux's /proc; elsewhere set and
+    restored at once)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def remove_stale_temporaries(path: Path) -> None:
     """Delete the temporary files of ``path`` that a killed writer on this host left."""
     host = socket.gethostname()
@@ -52,6 +66,8 @@ def remove_stale_temporaries(path: Path) -> None:
 def atomic_path(path: str | os.PathLike):
     """Yield a temporary path next to ``path``; rename it over ``path`` on success.
 
+    The file ends with the permissions a plain ``open()`` would give it (0666 less the
+    umask), not ``mkstemp``'s 0600, so colleagues sharing a results folder can read it.
     A writer killed half-way leaves only its temporary file (named after the host and its
     process id), which the next write of ``path`` removes; ``path`` itself is either the
     old file or the complete new one. A failed write (disk full) raises OSError naming
@@ -61,6 +77,7 @@ def atomic_path(path: str | os.PathLike):
     remove_stale_temporaries(path)
     fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=path.suffix, dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())
     try:
         yield Path(tmp)
         os.replace(tmp, path)
