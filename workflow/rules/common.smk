@@ -12,7 +12,7 @@ from fedleak.experiment.artifacts import Job, attack_inputs, defense_inputs
 from fedleak.experiment.phases import missing_datasets, outputs, target_files
 from fedleak.types import Setting
 from fedleak.utils.io import write_json
-from fedleak.utils.runlock import release_stale_lock
+from fedleak.utils.runlock import RunInProgress, release_stale_lock
 
 DEFAULT_CONFIG = "config/config.yaml"
 RESULTS = Path("results")
@@ -46,8 +46,22 @@ def load_config():
 VALIDATED = load_config()
 config.clear()
 config.update(VALIDATED)
+DRY_RUN = bool(workflow.output_settings and workflow.output_settings.dryrun)
+RESULTS_PROBLEM = paths.results_problem(RESULTS)  # a file where the folder belongs...
+if RESULTS_PROBLEM:
+    sys.exit(f"fedleak: {RESULTS_PROBLEM}")
+# A killed run leaves Snakemake's lock behind: remove it when its owner is gone, so that the
+# plain command resumes (unfinished jobs re-run: rerun-incomplete in the default profile).
+# A live run's lock stops this run here, before it writes anything.
+try:
+    STALE_LOCK = release_stale_lock(take=not DRY_RUN and "--nolock" not in sys.argv
+                                    ) if workflow.is_main_process else None
+except RunInProgress as error:
+    sys.exit(str(error))
+if STALE_LOCK:
+    print(STALE_LOCK, file=sys.stderr)
 # Every `fedleak` command reads the same validated configuration.
-CONFIG_JSON = RESULTS / "config.resolved.json"
+CONFIG_JSON = RESULTS / paths.RESOLVED_CONFIG
 try:
     CONFIG_CURRENT = json.loads(CONFIG_JSON.read_text()) == config
 except (OSError, ValueError):  # absent, or damaged by hand: written anew
@@ -57,13 +71,6 @@ if not CONFIG_CURRENT:
 TARGETS = outputs(config, RESULTS)
 ROUNDS = plan.checkpoint_rounds(config)
 MISSING = missing_datasets(config, RESULTS)
-DRY_RUN = bool(workflow.output_settings and workflow.output_settings.dryrun)
-# A killed run leaves Snakemake's lock behind: remove it when its owner is gone, so that the
-# plain command resumes (unfinished jobs re-run: rerun-incomplete in the default profile).
-STALE_LOCK = release_stale_lock(take=not DRY_RUN and "--nolock" not in sys.argv
-                                ) if workflow.is_main_process else None
-if STALE_LOCK:
-    print(STALE_LOCK, file=sys.stderr)
 if MISSING and not DRY_RUN:
     sys.exit(f"fedleak: {MISSING[0]}")
 for reason in MISSING if DRY_RUN else []:

@@ -3,11 +3,53 @@ for the Snakemake rules alike (which pass wildcards such as ``"{case}"`` as argu
 
 from __future__ import annotations
 
+import os
+import pwd
+import stat
 from pathlib import Path
 
 from fedleak.types import Setting
 
 Part = str | int | Setting
+# the folders the functions below write into, and the one file at the top
+FOLDERS = ("data", "evalnet", "gan", "giml", "fl", "zoo", "adversaries", "attribute",
+           "attacks", "targets", "tables", "figures", "logs", "benchmarks")
+RESOLVED_CONFIG = "config.resolved.json"
+
+
+def _kind(path: Path) -> str:
+    if path.is_symlink() and not path.exists():
+        return f"a broken link to {os.readlink(path)}"
+    return "a link to a file" if path.is_symlink() else "a file"
+
+
+def results_problem(results: Path) -> str | None:
+    """What keeps a run from writing into ``results`` (a file or broken link where a folder
+    belongs, a folder this user cannot write, a folder where the resolved configuration
+    file belongs), as one line naming the path and what to do; None when it is usable."""
+    results = Path(results)
+    if results.is_symlink() or results.exists():
+        if not results.is_dir():
+            return (f"{results} is {_kind(results)}, not a folder: the run writes every result "
+                    f"there; move it away (or delete it) and run again")
+        if not os.access(results, os.W_OK | os.X_OK):
+            info = results.stat()
+            try:
+                owner = pwd.getpwuid(info.st_uid).pw_name
+            except KeyError:
+                owner = f"uid {info.st_uid}"
+            return (f"cannot write in {results.resolve()} (owner {owner}, mode "
+                    f"{stat.filemode(info.st_mode)}): make it writable for you (chmod u+w, or "
+                    f"ask its owner), or run in a copy of the project")
+    for name in FOLDERS:
+        folder = results / name
+        if (folder.is_symlink() or folder.exists()) and not folder.is_dir():
+            return (f"{folder} is {_kind(folder)}, not a folder: the run writes its {name} "
+                    f"results there; move it away (or delete it) and run again")
+    if (results / RESOLVED_CONFIG).is_dir():
+        return (f"{results / RESOLVED_CONFIG} is a folder, not the resolved configuration "
+                f"file the run writes there; move it away (or delete it) and run again")
+    return None
 
 
 def data_dir(results: Path, dataset: str) -> Path:

@@ -3,9 +3,12 @@
 with "Directory cannot be locked" until someone runs ``snakemake --unlock``.
 
 The workflow records which process owns the lock (host, pid, start time) beside the lock
-files; the next run removes a lock whose owner ran on this host and is gone. A lock of a
-live run, of another host or of an unknown owner is left alone (its remedy is printed).
-Snakemake deletes the whole folder, the record with it, when a run ends normally.
+files, before it writes anything; the next run removes a lock whose owner ran on this host
+and is gone. A run that would lock while the recorded owner still runs on this host stops
+at once (``RunInProgress``), before it writes anything, naming that run: Snakemake's own
+advice there (``--unlock``) would break the live run. A lock of another host or of an
+unknown owner is left alone (its remedy is printed). Snakemake deletes the whole folder,
+the record with it, when a run ends normally.
 """
 
 from __future__ import annotations
@@ -15,11 +18,16 @@ import json
 import os
 import shutil
 import socket
+import time
 from pathlib import Path
 
 OWNER = "fedleak-owner.json"
 REMEDY = ("if no other snakemake runs in this directory, run `snakemake --unlock` (with the "
           "same --configfile) once, then the same command again")
+
+
+class RunInProgress(RuntimeError):
+    """Another run on this host holds (or is about to take) this folder's lock."""
 
 
 def _started(pid: int) -> float | None:
@@ -108,11 +116,20 @@ def release_stale_lock(workdir: str | os.PathLike = ".", *, take: bool) -> str |
     held = sorted(locks.glob("*.lock")) if locks.is_dir() else []
     owner_file = locks / OWNER
     message = None
+    try:
+        owner = json.loads(owner_file.read_text())
+    except (OSError, ValueError):
+        owner = None
+    if take and isinstance(owner, dict) and owner.get("host") == socket.gethostname() \
+            and owner.get("pid") != os.getpid() and _alive(owner):
+        started = owner.get("started")
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) \
+            if isinstance(started, (int, float)) and started > 0 else "at an unknown time"
+        raise RunInProgress(
+            f"fedleak: another snakemake run (pid {owner.get('pid')}, started {when}) is using "
+            f"{Path(workdir).resolve()}; this one stopped before changing anything: wait for "
+            f"that run to finish, or start this one in a copy of the project")
     if held:
-        try:
-            owner = json.loads(owner_file.read_text())
-        except (OSError, ValueError):
-            owner = None
         if not isinstance(owner, dict):
             return (f"fedleak: {locks} holds a lock of an unknown run; {REMEDY}")
         if owner.get("host") != socket.gethostname() or _alive(owner):

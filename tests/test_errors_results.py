@@ -1,0 +1,69 @@
+"""The results folder itself: a file, a broken link or a folder in the wrong place, or a
+folder this user cannot write stops `snakemake` before any job with one line naming the
+path and what to do, and leaves what is there as it was."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from test_pipeline import ENV, SNAKEMAKE, copy_project
+
+from fedleak.experiment import paths
+
+DRY = [*SNAKEMAKE, "-n", "--configfile", "config/test.yaml"]
+
+
+def make_file(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("a user's notes\n")
+
+
+def make_link(target):
+    def make(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(target)
+    return make
+
+
+@pytest.mark.parametrize("where, make, says", [
+    ("results", make_file, "results is a file, not a folder"),
+    ("results", make_link("/nonexistent/results"),
+     "results is a broken link to /nonexistent/results, not a folder"),
+    ("results", make_link("config/test.yaml"), "results is a link to a file, not a folder"),
+    ("results/fl", make_file, "results/fl is a file, not a folder: the run writes its fl"),
+    ("results/logs", make_file, "results/logs is a file, not a folder: the run writes its logs"),
+    ("results/config.resolved.json", lambda p: p.mkdir(parents=True),
+     "results/config.resolved.json is a folder, not the resolved configuration file"),
+], ids=["file", "broken link", "link to a file", "fl is a file", "logs is a file",
+        "config is a folder"])
+def test_a_results_path_that_is_not_a_usable_folder_stops_the_run_in_one_line(
+        tmp_path, where, make, says):
+    root = copy_project(tmp_path / "project")
+    make(root / where)
+    before = sorted((p.relative_to(root), p.is_symlink()) for p in root.rglob("results*"))
+    proc = subprocess.run(DRY, cwd=root, env=ENV, capture_output=True, text=True)
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith(f"fedleak: {says}") and "move it away" in lines[0]
+    assert sorted((p.relative_to(root), p.is_symlink())
+                  for p in root.rglob("results*")) == before  # nothing written or removed
+    if (root / where).is_file() and not (root / where).is_symlink():
+        assert (root / where).read_text() == "a user's notes\n"
+
+
+def test_a_results_folder_this_user_cannot_write_is_named_with_its_owner_and_mode(
+        tmp_path, monkeypatch):
+    """Checked with os.access, as the user's own permissions decide (root writes anywhere,
+    so the test answers for a user without write permission)."""
+    results = tmp_path / "results"
+    results.mkdir(mode=0o555)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    problem = paths.results_problem(results)
+    assert problem.startswith(f"cannot write in {results} (owner ")
+    assert "mode dr-xr-xr-x" in problem and "chmod u+w" in problem
+    monkeypatch.undo()
+    writable = os.access(results, os.W_OK | os.X_OK)  # root's: yes, whatever the mode
+    assert (paths.results_problem(results) is None) == writable
