@@ -39,6 +39,8 @@ BAD = [
     ("zoo_smaller_than_asked", "attribute: {zoo_size: 4}\ndefenses: {recupfl: "
      "{strengths: [0.001], params: {zoo_models: 5}}}\n",
      ["'defenses.recupfl.params.zoo_models'", "5", "'attribute.zoo_size' 4", "at most 4"]),
+    ("attribute_defense_not_configured", "attribute: {defenses: [none, dp_gausian]}\n",
+     ["'attribute.defenses[1]'", "'dp_gausian'", "configured defense label"]),
     ("more_clients_than_images", "cases: [{dataset: digits, model: lenet, "
      "partition: {clients: 5000}}]\n", ["'cases[0].partition.clients'", "5000", "at most"]),
 ]
@@ -109,6 +111,35 @@ def test_snakemake_fails_before_any_job_with_one_line(project, tmp_path, extra, 
     path.write_text(BASE + extra)
     line = snakemake_fails(project, "--configfile", str(path), *args)
     assert all(part in line for part in expected), line
+
+
+TARGET = ("{title: t, select: [{defenses: [none], attacks: [dlg]}], "
+          "table: {rows: [defense], metrics: [psnr]}}")
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ("defenses: {DP: {defense: dp_gaussian, strengths: [0.1]}}\n", "'defenses.DP': 'DP'"),
+    ("defenses: {'a/b': {defense: dp_gaussian, strengths: [0.1]}}\n", "'defenses.a/b': 'a/b'"),
+    ("defenses: {'../up': {defense: pruning, strengths: [0.5]}}\n",
+     "'defenses.../up': '../up'"),
+    ("defenses: {dp-low: {defense: dp_gaussian, strengths: [0.1]}}\n",
+     "'defenses.dp-low': 'dp-low'"),
+    ("defenses: {'my dp': {defense: dp_gaussian, strengths: [0.1]}}\n",
+     "'defenses.my dp': 'my dp'"),
+    ("attacks: {'ig/x': {attack: inverting_gradients}}\n", "'attacks.ig/x': 'ig/x'"),
+    ("attacks: {IG: {attack: inverting_gradients}}\n", "'attacks.IG': 'IG'"),
+    (f"targets: {{'../t': {TARGET}}}\n", "'targets.../t': '../t'"),
+    (f"targets: {{Table1: {TARGET}}}\n", "'targets.Table1': 'Table1'"),
+], ids=["upper_case", "slash", "parent_folder", "dash", "space", "attack_slash",
+        "attack_upper_case", "target_parent_folder", "target_upper_case"])
+def test_a_label_that_cannot_name_a_folder_fails_before_any_job(project, tmp_path, extra,
+                                                                 expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(BASE + extra)
+    line = snakemake_fails(project, "--configfile", str(path))
+    assert line.startswith(f"fedleak: invalid config: {expected} is not a valid ")
+    assert "expected a lower-case name" in line
+    assert not (project / "results").exists() and not (project.parent / "t").exists()
 
 
 def test_snakemake_names_a_syntax_error_in_the_embedded_default(tmp_path):

@@ -13,6 +13,7 @@ import copy
 import json
 import math
 import numbers
+import re
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
@@ -179,6 +180,22 @@ def _label_name(kind: str, label: str, entry: dict) -> str:
                       f"{sorted(known)}, or any label with '{noun}: <name>')")
 
 
+# what a defense or attack label and a target name may be: each names folders, files, table
+# rows and Snakemake wildcards, so nothing in one can reach outside results/
+LABEL = re.compile(r"[a-z][a-z0-9_]*")
+LABELLED = (("defenses", "defense label"), ("attacks", "attack label"), ("targets", "target name"))
+
+
+def _check_labels(config: dict) -> None:
+    for kind, what in LABELLED:
+        for label in config[kind]:
+            if not isinstance(label, str) or not LABEL.fullmatch(label):
+                raise ConfigError(f"invalid config: '{kind}.{label}': {label!r} is not a valid "
+                                  f"{what}; expected a lower-case name (a letter, then "
+                                  f"letters, digits or _): it names result folders, files and "
+                                  f"table rows", key=f"{kind}.{label}")
+
+
 def _validate_defenses(config: dict) -> None:
     config["defenses"].setdefault("none", {})  # the undefended run: PMM's reference
     for label, entry in config["defenses"].items():
@@ -304,6 +321,7 @@ def validate(config: dict | None) -> dict:
     if config.get("smoke") is True and isinstance(config.get("smoke_overrides"), Mapping):
         _merge(config, config["smoke_overrides"])
     config = check(config, schema())
+    _check_labels(config)
     _validate_defenses(config)
     _validate_attacks(config)
     attack = config["attack"]
@@ -314,6 +332,11 @@ def validate(config: dict | None) -> dict:
         if count > attack["victims"]:
             raise ConfigError(f"invalid config: 'attack.victims_by_attack.{label}' {count} is "
                               f"more than 'attack.victims' {attack['victims']}")
+    for i, label in enumerate(config["attribute"]["defenses"] or []):
+        if label not in config["defenses"]:
+            raise ConfigError(f"invalid config: 'attribute.defenses[{i}]': {label!r} is not a "
+                              f"configured defense label (expected one of "
+                              f"{sorted(config['defenses'])})")
     missing = sorted(set(attack["seeds"]) - set(config["fl"]["seeds"]))
     if missing:
         raise ConfigError(f"invalid config: 'attack.seeds' {missing} are not in 'fl.seeds' "
