@@ -42,7 +42,8 @@ defenses:
 attack: {victims: 2, seeds: [0], grid_victims: 1, metrics: [psnr, ssim, mse]}
 attacks:
   dlg: {iterations: 2}
-  inverting_gradients: {iterations: 4, tv: 0.1}
+  # long enough that an attack job is seen running (its start-up alone takes about 2 s)
+  inverting_gradients: {iterations: 400, tv: 0.1}
 """
 RUN = ["snakemake", "--cores", "all", "--configfile", "config/interrupt.yaml"]  # the README's
 CASE = "digits-lenet-iid-k4"

@@ -84,8 +84,8 @@ def test_two_clean_runs_are_byte_identical_and_the_html_report_captions_every_fi
     assert len(initial) >= 4  # none, RecUP-FL and Refiner among them: every setting starts alike
     assert all(torch.equal(w[k], initial[0][k]) for w in initial for k in w)
     assert sorted(p.name for p in (first / "results" / "logs").iterdir()) == [
-        "aggregate", "attack", "attribute", "fl_run", "prepare_data", "train_evalnet",
-        "train_gan", "train_giml", "train_zoo"]
+        "aggregate", "attack", "attribute", "fit_adversaries", "fl_run", "prepare_data",
+        "train_evalnet", "train_gan", "train_giml", "train_zoo"]
 
     run([*SNAKEMAKE, "--report", "report.html", "--configfile", "config/test.yaml"], second)
     html = (second / "report.html").read_text()
@@ -197,7 +197,7 @@ def test_dvc_repro_runs_every_stage_then_has_nothing_to_do(tmp_path):
                             capture_output=True, text=True)
     assert review.returncode == 0, review.stdout[-2000:] + review.stderr[-2000:]
     assert "Data and pipelines are up to date." in review.stdout
-    assert "verified: 11 outputs" in review.stdout
+    assert "verified: 12 outputs" in review.stdout
     clone = tmp_path / "review"
     assert (clone / "results" / "report.md").read_bytes() == \
         (root / "results" / "report.md").read_bytes()
