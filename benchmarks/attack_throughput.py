@@ -3,10 +3,11 @@ loop, and the breaching library (Geiping et al.'s own implementation).
 
 Inverting Gradients (Geiping et al., NeurIPS 2020, Eq. 4) on LeNet and ResNet-18
 (fedleak.models.build, 3x32x32 inputs, 10 classes) for 1, 8 and 32 problems
-(victims x restarts), on the CPU and on CUDA when present. The per-victim loop
-is what ``fedleak attack`` did per victim: ``build(seed=base + v)(obs)``; the
-vectorised path is ``reconstruct_many`` on all victims at once (the problems stacked on
-the batch dimension, ``attacks.stacked_gradients``).
+(victims x restarts), on the CPU and on CUDA when present. The per-victim loop is the
+engine one problem at a time (``reconstruct_all(..., engine="loop")``: victim by victim,
+each trial gradient by autograd on the model); the vectorised path stacks all victims at
+once (``engine="stacked"``: the problems on the batch dimension,
+``attacks.stacked_gradients``).
 An iteration is one Adam step of one problem, so iterations/s = problems x
 iterations / seconds. After a one-iteration warm-up of each path, ``--repeats``
 timed runs rotate the order of the paths so that machine noise hits all of them;
@@ -87,12 +88,14 @@ def observations(model: torch.nn.Module, victims: int, batch: int, device: torch
 
 
 def per_victim(observed: list[attacks.Observation], params: dict) -> list[torch.Tensor]:
-    return [attacks.build("inverting_gradients", seed=v, **params)(obs).images
-            for v, obs in enumerate(observed)]
+    run = attacks.reconstruct_all(attacks.build("inverting_gradients", seed=0, **params),
+                                  observed, engine="loop")
+    return [r.images for r in run]
 
 
 def vectorised(observed: list[attacks.Observation], params: dict) -> list[torch.Tensor]:
-    run = attacks.build("inverting_gradients", seed=0, **params).reconstruct_many(observed)
+    run = attacks.reconstruct_all(attacks.build("inverting_gradients", seed=0, **params),
+                                  observed, engine="stacked")
     return [r.images for r in run]
 
 

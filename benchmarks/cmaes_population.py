@@ -6,7 +6,8 @@ candidates: each is rendered by the generator, and its trial gradient (formed, t
 transformed by the adaptive T) is compared with the received one. ``stacked`` runs the
 candidates through ``attacks.stacked_gradients.StackedModel`` in chunks; ``loop`` computes
 each candidate's gradient in turn (``torch.autograd.grad``), as fedleak does for models where
-stacking does not pay. Both give the same losses up to rounding (tests/test_gga.py). Timed:
+stacking does not pay (``engine.Victims.scorer``, stacked or not). Both give the same
+losses up to rounding (tests/test_gga.py). Timed:
 the scoring of one population (the generator's rendering, shared by both, included) on a
 3x32x32 victim, in an order alternated each repeat after one warm-up of each; medians with
 min and max. The crossover sets ``stacked_gradients.FORMED_PARAMETERS``.
@@ -27,8 +28,7 @@ import torch
 from timing import alternating
 
 from fedleak import attacks, defenses, models
-from fedleak.attacks import gga
-from fedleak.attacks.label_inference import infer_labels
+from fedleak.attacks.engine import Victims
 from fedleak.models import ResNet
 from fedleak.models.dcgan import Generator
 
@@ -55,7 +55,6 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     generator = Generator(100, 3, 32).eval()
-    stacking = gga.forming_pays
     rows = []
     for name in args.models:
         torch.manual_seed(0)
@@ -65,17 +64,15 @@ def main() -> None:
         received = defenses.build(defense, **params)(defenses.DefenseContext(model=model, x=x, y=y))
         obs = attacks.Observation(model=model, gradient=received, batch_size=1)
         attack = attacks.build("gga", generator=generator, transform=args.transform)
-        labels, transform = infer_labels(obs), gga.adaptive_transform(args.transform, obs)
         z = torch.randn(args.population, 1, 100, generator=torch.Generator().manual_seed(0))
         scorers = {}
-        for path, pays in (("stacked", True), ("loop", False)):
-            gga.forming_pays = lambda _, pays=pays: pays  # the scorer picks its path when built
-            scorers[path] = attack._population_score(obs, labels, transform, True)
-        gga.forming_pays = stacking
+        for path in ("stacked", "loop"):
+            victims = Victims([obs], restarts=1, seed=0, stacked=path == "stacked")
+            scorers[path] = victims.scorer(attack.stage(victims), 0, 0)
         row = {"model": name, "parameters": sum(p.numel() for p in model.parameters()),
                "transform": args.transform, "population": args.population,
                "threads": args.threads, "repeats": args.repeats}
-        row.update(alternating({path: partial(score, z) for path, score in scorers.items()},
+        row.update(alternating({path: partial(score, [z]) for path, score in scorers.items()},
                                args.repeats))
         rows.append(row)
         print(f"{name:12} {row['parameters'] / 1e6:6.2f}M  stacked {row['stacked_seconds']:.3f}s"

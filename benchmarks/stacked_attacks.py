@@ -6,12 +6,13 @@ problems in lockstep (Zhu et al., NeurIPS 2019; Zhao et al., 2020) and EOT's def
 samples per problem (CENSOR §V-D): ``eot`` wraps Inverting Gradients under 2 DP-Gaussian
 samples (the embedded default), ``eot-gifd`` wraps GIFD under 4 CENSOR samples.
 
-``stacked`` is ``attack.reconstruct_many`` (what ``attacks.reconstruct_all`` runs where the
-problems stack); ``loop`` builds the attack per victim with seed ``seed + v`` and runs it,
-as ``reconstruct_all`` does otherwise. Both give the same reconstructions up to rounding
-(tests/test_gradinversion.py, test_gias.py, test_gifd.py, test_eot.py). Victims: random
-3x32x32 images with distinct labels on a train-mode model; BatchNorm models match the client's exact
-statistics (GradInversion ``bn: exact``, GIAS ``x+BN`` and ``z/w+BN``). The generator
+``stacked`` and ``loop`` are ``attacks.reconstruct_all`` with ``engine="stacked"`` (what it
+runs where the problems stack) and ``engine="loop"`` (victim by victim, each problem's
+trial gradient by autograd on the model, as it runs otherwise). Both give the same
+reconstructions up to rounding (tests/test_vectorised.py and the attacks' own tests).
+Victims: random 3x32x32 images with distinct labels on a train-mode model; BatchNorm models
+match the client's exact statistics (GradInversion ``bn: exact``, GIAS ``x+BN`` and
+``z/w+BN``). The generator
 (GI-z/w, GIFD) is an untrained DCGAN: the cost, not the result, is measured. Timed in an
 order alternated each repeat after one warm-up of each; medians with min and max.
 
@@ -86,12 +87,8 @@ def parameters(attack: str, model: torch.nn.Module, iterations: int, restarts: i
 
 
 def run(path: str, attack: str, params: dict, observed: list[attacks.Observation]) -> None:
-    """The victims attacked ``stacked`` (``reconstruct_many``) or in a ``loop``."""
-    if path == "stacked":
-        attacks.build(attack, **params).reconstruct_many(observed)
-    else:
-        for v, obs in enumerate(observed):
-            attacks.build(attack, **params, seed=v)(obs)
+    """The victims attacked ``stacked`` or in a ``loop``."""
+    attacks.reconstruct_all(attacks.build(attack, **params), observed, engine=path)
 
 
 def main() -> None:

@@ -41,13 +41,12 @@ def float64():
 
 def stacked_and_looped(name: str, params: dict, observations: list) -> tuple[list, list, float]:
     """Attack ``name`` with ``params`` (a ``seed`` among them) on all ``observations`` through
-    ``reconstruct_all``, beside the per-victim loop (victim v built with seed + v): both
-    lists of Reconstructions and their largest pixel difference."""
+    ``reconstruct_all``, beside the engine's loop (one problem at a time, victim v with
+    seed + v): both lists of Reconstructions and their largest pixel difference."""
     from fedleak import attacks
 
     stacked = attacks.reconstruct_all(attacks.build(name, **params), observations)
-    looped = [attacks.build(name, **{**params, "seed": params["seed"] + v})(obs)
-              for v, obs in enumerate(observations)]
+    looped = attacks.reconstruct_all(attacks.build(name, **params), observations, engine="loop")
     difference = max(float((a.images - b.images).abs().max()) for a, b in zip(stacked, looped))
     return stacked, looped, difference
 

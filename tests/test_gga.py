@@ -137,11 +137,11 @@ def test_gga_adam_stacks_victims_like_the_per_victim_loop(digits_splits, digits_
 
 @pytest.mark.parametrize("transform", ["none", "pruning", "clipping", "soteria", "eot"])
 def test_cmaes_scores_its_population_stacked_like_one_by_one(digits_splits, digits_generator,
-                                                             transform, monkeypatch, float64):
+                                                             transform, float64):
     """Each CMA-ES round scores its 50 candidates as one stacked batch: the same losses (in
     float64) as the candidates one at a time, under every adaptive transformation and under
     EOT's defense samples (applied per candidate)."""
-    from fedleak.attacks import gga
+    from fedleak.attacks.engine import Victims
     from fedleak.attacks.eot import DefenseSamples
     from fedleak.attacks.label_inference import infer_labels
 
@@ -154,20 +154,17 @@ def test_cmaes_scores_its_population_stacked_like_one_by_one(digits_splits, digi
     attack = attacks.build("gga", generator=copy.deepcopy(digits_generator).double(),
                            optimizer="cmaes", transform="none" if transform == "eot"
                            else transform)
-    labels = infer_labels(obs)
     z = torch.randn(50, 1, attack.latent_dim, generator=torch.Generator().manual_seed(0))
 
-    def scores() -> torch.Tensor:
+    def scores(stacked: bool) -> torch.Tensor:
+        chunk = Victims([obs], restarts=1, seed=0, stacked=stacked)
         if transform == "eot":  # the same defense draws for both paths
-            samples = DefenseSamples(defenses.build("dp_gaussian", sigma=0.01), obs, labels,
-                                     2, torch.Generator().manual_seed(1))
-            return attack._population_score(obs, labels, samples, False)(z)
-        return attack._population_score(obs, labels, adaptive_transform(transform, obs),
-                                        True)(z)
+            chunk = chunk.with_transforms([lambda _: DefenseSamples(
+                defenses.build("dp_gaussian", sigma=0.01), obs, infer_labels(obs), 2,
+                torch.Generator().manual_seed(1))])
+        return chunk.scorer(attack.stage(chunk), 0, 0)([z])
 
-    stacked = scores()
-    monkeypatch.setattr(gga, "unsupported", lambda model: ["(one by one)"])
-    one_by_one = scores()
+    stacked, one_by_one = scores(True), scores(False)
     print(f"CMA-ES population ({transform}): max |stacked - one by one| "
           f"{float((stacked - one_by_one).abs().max()):.3g}")
     assert stacked.shape == (50,) and not stacked.requires_grad

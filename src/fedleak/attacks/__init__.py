@@ -1,4 +1,4 @@
-"""Gradient-inversion attacks behind one interface: ``attack(obs, stopper=None) -> Reconstruction``.
+"""Gradient-inversion attacks behind one interface: ``attack(obs) -> Reconstruction``.
 
 ``build(name, **params)`` returns an attack with its paper's defaults (from the
 configuration schema); ``available()`` lists the registered names.
@@ -15,8 +15,9 @@ from fedleak.attacks import (  # noqa: F401  (registration)
     idlg,
     inverting_gradients,
 )
-from fedleak.attacks.base import Reconstruction, available, build, needs, reconstruct_all
+from fedleak.attacks.base import Reconstruction, available, build, needs
 from fedleak.attacks.early_stopping import Stopper
+from fedleak.attacks.engine import reconstruct_all
 from fedleak.attacks.label_inference import batch_labels, idlg_label, infer_labels
 from fedleak.types import Observation
 

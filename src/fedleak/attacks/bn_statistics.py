@@ -24,6 +24,25 @@ def batchnorm_layers(model: nn.Module) -> list[_BatchNorm]:
     return [m for m in model.modules() if isinstance(m, _BatchNorm)]
 
 
+def checked(stats: Statistics | None, model: nn.Module, source: str) -> Statistics:
+    """``stats``, detached on the model's device, when they hold one (mean, var) pair per
+    BatchNorm layer of ``model``; else a ValueError naming ``source`` and what it expected."""
+    if stats is None:
+        raise ValueError(f"{source} needs obs.bn_statistics (the client's batch statistics, "
+                         f"BN_exact), got None")
+    layers = batchnorm_layers(model)
+    if not layers:
+        raise ValueError(f"{source} needs a model with BatchNorm layers; "
+                         f"{type(model).__name__} has none")
+    shapes = [((layer.num_features,),) * 2 for layer in layers]
+    got = [(tuple(mean.shape), tuple(var.shape)) for mean, var in stats]
+    if got != shapes:
+        raise ValueError(f"{source}: expected {len(layers)} (mean, var) pairs, one per BatchNorm "
+                         f"layer, of shapes {[s for s, _ in shapes]}; got {len(stats)}: {got}")
+    device = next(model.parameters()).device
+    return [(mean.detach().to(device), var.detach().to(device)) for mean, var in stats]
+
+
 def _moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-channel mean and biased variance over every dimension but the channel (dim 1)."""
     dims = [d for d in range(x.ndim) if d != 1]

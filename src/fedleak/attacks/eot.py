@@ -22,31 +22,22 @@ Soteria are). Refiner's upload is the gradient of optimised robust data, not a f
 the trial gradient that can be sampled: against it EOT matches the trial gradient itself
 (the plain attack; ``Refiner.sample``).
 
-Wraps any attack whose ``__call__`` accepts ``trial_transform`` (``inverting_gradients``,
-``gga``, ``gifd``): ``wraps`` names it and ``wraps_params`` sets its parameters; the
-artifacts it needs (a GAN prior for ``gga``/``gifd``) are passed to EOT by name. EOT's
-``seed`` is the wrapped attack's seed (its starts), and restart r draws its defense
-samples from a generator of its own, seeded by (seed, r).
-
-Engine: where the wrapped attack stacks victims x restarts (``reconstruct_many``), EOT does
-too, each problem's trial gradient formed and sampled on its own; that pays only where
-forming stacked gradients does (``stacked_gradients.forming_pays``), else EOT loops. With
-a generator per restart, the stacked run draws the samples the loop draws.
+Wraps any registered attack (``inverting_gradients``, ``gga``, ``gifd``, ...): ``wraps``
+names it and ``wraps_params`` sets its parameters; the artifacts it needs (a GAN prior for
+``gga``/``gifd``) are passed to EOT by name. Victim v's restart r draws its defense samples
+from a generator seeded by (seed + v, r), however the engine runs it.
 """
 
 from __future__ import annotations
 
-import copy
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from fedleak.attacks.base import Reconstruction, build, needs, register
-from fedleak.attacks.early_stopping import Stopper
+from fedleak.attacks.engine import Attack, RestartTransforms, Victims
 from fedleak.attacks.label_inference import infer_labels
-from fedleak.attacks.stacked_problems import RestartTransforms
 from fedleak.defenses import Defense
 from fedleak.defenses import build as build_defense
 from fedleak.types import DefenseContext, Observation, Update
@@ -76,8 +67,11 @@ class DefenseSamples:
 
 
 @register("eot")
-class ExpectationOverTransformation:
+class ExpectationOverTransformation(Attack):
     """``wraps`` matching the mean of ``samples`` draws of ``defense`` on its trial gradient."""
+
+    forms_gradients = True  # each problem's trial gradient is formed for its samples
+    records_snapshots = False
 
     @classmethod
     def needs_for(cls, params: Mapping[str, Any]) -> dict[str, str]:
@@ -90,28 +84,10 @@ class ExpectationOverTransformation:
         if not isinstance(defense, Defense):
             raise ValueError(f"defense must be a registered name or a Defense, "
                              f"got {type(defense).__name__}")
-        attack = build(wraps, **wraps_params, **artifacts)
-        if "trial_transform" not in inspect.signature(attack.__call__).parameters:
-            raise ValueError(f"EOT needs an attack whose __call__ accepts trial_transform, "
-                             f"got {type(attack).__name__}")
-        self.attack, self.defense = attack, defense
+        self.attack, self.defense = build(wraps, **wraps_params, **artifacts), defense
         self.samples, self.seed = int(samples), seed
-
-    forms_gradients = True  # each problem's trial gradient is formed for its samples
-
-    @property
-    def restarts(self) -> int:
-        return getattr(self.attack, "restarts", 1)
-
-    @property
-    def stopper(self) -> Stopper | None:
-        return getattr(self.attack, "stopper", None)
-
-    @property
-    def vectorisable(self) -> bool:
-        """EOT stacks where the wrapped attack does (GGA: with Adam)."""
-        return (hasattr(self.attack, "reconstruct_many")
-                and getattr(self.attack, "vectorisable", True))
+        self.restarts, self.stopper = self.attack.restarts, self.attack.stopper
+        self.vectorisable = self.attack.vectorisable
 
     def samples_for(self, obs: Observation, seed: int) -> RestartTransforms:
         """Restart r's defense samples on ``obs``, drawn with a generator seeded (seed, r)."""
@@ -120,23 +96,11 @@ class ExpectationOverTransformation:
             self.defense, obs, labels, self.samples,
             torch.Generator().manual_seed(derived_seed(seed, restart)))
 
-    def __call__(self, obs: Observation, stopper: Stopper | None = None) -> Reconstruction:
-        rec = self._seeded()(obs, stopper, trial_transform=self.samples_for(obs, self.seed))
-        return self._noted(rec)
-
-    def reconstruct_many(self, observations: list[Observation], progress: str | None = None
-                         ) -> list[Reconstruction]:
-        """The wrapped attack's stacked run, victim v with seed ``self.seed + v`` and its
-        own samples, as the per-victim attack."""
-        samples = [self.samples_for(obs, self.seed + v) for v, obs in enumerate(observations)]
-        return [self._noted(rec) for rec in self._seeded().reconstruct_many(
-            observations, progress, trial_transforms=samples)]
-
-    def _seeded(self):
-        attack = copy.copy(self.attack)
-        attack.seed = self.seed
-        return attack
-
-    def _noted(self, rec: Reconstruction) -> Reconstruction:
-        rec.extra = {**rec.extra, "eot_samples": self.samples, "eot_defense": self.defense.name}
-        return rec
+    def reconstruct(self, victims: Victims) -> list[Reconstruction]:
+        """The wrapped attack on the chunk, victim v's trial gradients through its samples."""
+        samples = [self.samples_for(obs, victims.seed + v)
+                   for v, obs in enumerate(victims.observations)]
+        out = self.attack.reconstruct(victims.with_transforms(samples))
+        for rec in out:
+            rec.extra.update(eot_samples=self.samples, eot_defense=self.defense.name)
+        return out

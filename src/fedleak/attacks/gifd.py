@@ -23,48 +23,21 @@ so here a radius is a fraction of the l1 norm of the image's feature at the stag
 0.1, 0.125, 0.15 by default (on digits with DP noise, larger radii let the later stages
 fit the noise and lower PSNR). The official latent stage also renormalises z after each
 step (its ``SphericalOptimizer``); that is not done here.
-
-Engine: each stage of all victims x restarts runs as one stacked problem
-(``reconstruct_many``, the l1 projections per image); with an adaptive T each problem's
-trial gradient is formed, which stacks only on models where that pays
-(``stacked_gradients.forming_pays``), as does EOT's sampled T (drawn per problem).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
+from functools import partial
 
 import torch
 from torch import nn
 
 from fedleak.attacks.base import Reconstruction, register, stopper_from
-from fedleak.attacks.early_stopping import Stopper, copies
+from fedleak.attacks.engine import Attack, Stage, Victims
 from fedleak.attacks.gga import adaptive_transform, ramped
-from fedleak.attacks.label_inference import infer_labels
-from fedleak.attacks.objectives import (
-    STACKED_DISTANCES,
-    Candidate,
-    GradientProducts,
-    compose,
-    cosine_distance,
-)
-from fedleak.attacks.optimization import Trajectory, optimize
-from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
-from fedleak.attacks.stacked_gradients import StackedModel
-from fedleak.attacks.stacked_problems import (
-    BatchedTrajectory,
-    RestartTransforms,
-    Transform,
-    check_one_each,
-    first_of,
-    in_chunks,
-    optimize_vectorised,
-    per_victim,
-    restart_transforms,
-    victim_targets,
-)
-from fedleak.types import Need, Observation, Update
+from fedleak.attacks.prior import frozen_copy, latent_dim, rendered
+from fedleak.types import Need
 
 
 def project_l1_ball(v: torch.Tensor, radius: float | torch.Tensor) -> torch.Tensor:
@@ -96,11 +69,23 @@ def conv_blocks(generator: nn.Module) -> list[nn.Sequential]:
     return [net[a:b] for a, b in zip(starts, ends)]
 
 
+def l1_projection(ratio: float):
+    """``project(variable, start)``: each image's change from its stage start (P, B, ...)
+    projected onto the l1 ball of ``ratio`` times the l1 norm of its start."""
+    def project(variable: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        rows, origin = variable.flatten(0, 1), start.flatten(0, 1)
+        radius = ratio * origin.flatten(1).abs().sum(1)
+        return (origin + project_l1_ball(rows - origin, radius)).view_as(variable)
+
+    return project
+
+
 @register("gifd")
-class GIFD:
+class GIFD(Attack):
     """Latent, then intermediate-feature search of a generator; see the module docstring."""
 
     needs = {"generator": Need("gan")}
+    records_snapshots = False
 
     @property
     def forms_gradients(self) -> bool:
@@ -125,159 +110,41 @@ class GIFD:
         self.restarts, self.seed = restarts, seed
         self.stopper = stopper_from(stopper)
 
-    def __call__(self, obs: Observation, stopper: Stopper | None = None,
-                 trial_transform: RestartTransforms | None = None) -> Reconstruction:
-        """Reconstruct ``obs``; ``trial_transform(restart)`` (EOT) replaces the adaptive T."""
-        start = time.perf_counter()
-        labels = infer_labels(obs)
-        target = obs.target_gradient()
-        names = [n for n, _ in obs.model.named_parameters()]
-        adaptive = adaptive_transform(self.transform, obs)
-        self.generator.to(obs.device)
-        stopper = stopper or self.stopper
-        rng = torch.Generator().manual_seed(self.seed)
+    def _stage(self, shape: tuple[int, int, int], decode: nn.Module, iterations: int,
+               ratio: float | None) -> Stage:
+        """Stage 0 (``ratio`` None) searches z; a feature stage the input of ``decode``."""
+        return Stage("cosine", self.lr, iterations, render=rendered(decode, shape),
+                     draw=lambda obs, rng: [obs.randn((obs.batch_size, self.latent_dim), rng)],
+                     regularizers={"tv": self.tv, "l2": self.image_norm},
+                     transform=None if self.transform == "none"
+                     else partial(adaptive_transform, self.transform),
+                     lr_factor=ramped(iterations), stopper=self.stopper,
+                     project=None if ratio is None else l1_projection(ratio))
 
-        loss_of = compose("cosine", {"tv": self.tv, "l2": self.image_norm})
-
-        def stage(variable: torch.Tensor, decode, iterations: int, ratio: float | None,
-                  transform: Transform):
-            def trial_gradient(images: torch.Tensor, create_graph: bool = True
-                               ) -> list[torch.Tensor]:
-                trial = transform(Update.of(obs.model, images, labels,
-                                            create_graph=create_graph), images)
-                return [trial[n] for n in names]
-
-            origin = variable.detach().clone()
-            # l1 radius of each image's change: ``ratio`` times its stage-start feature's l1 norm
-            radius = None if ratio is None else ratio * origin.flatten(1).abs().sum(1, keepdim=True)
-
-            def objective() -> torch.Tensor:
-                images = to_model_input(decode(variable), obs.input_shape)
-                return loss_of(trial_gradient(images), target, Candidate(images))
-
-            def project(variables: list[torch.Tensor]) -> None:
-                variables[0].copy_(origin + project_l1_ball(variables[0] - origin, radius))
-
-            run = optimize([variable], objective, optimizer="adam", lr=self.lr,
-                           iterations=iterations, lr_factor=ramped(iterations),
-                           project=None if ratio is None else project, stopper=stopper)
-            with torch.no_grad():
-                images = to_model_input(decode(variable), obs.input_shape)
-            distance = cosine_distance(trial_gradient(images, False), target)
-            return run, float(distance.detach()), images.clamp(0, 1)
-
-        best = None
-        for restart in range(self.restarts):
-            transform = adaptive if trial_transform is None else trial_transform(restart)
-            z = obs.randn((obs.batch_size, self.latent_dim), rng).requires_grad_(True)
-            runs = [stage(z, self.generator, self.steps[0], None, transform)]
-            feature = self.blocks[0](z.detach().view(-1, self.latent_dim, 1, 1))
-            for k, iterations in enumerate(self.steps[1:], start=1):
-                variable = feature.detach().clone().requires_grad_(True)
-                tail = nn.Sequential(*self.blocks[k:])
-                runs.append(stage(variable, tail, iterations, self.radii[k - 1], transform))
-                feature = self.blocks[k](variable.detach())
-            losses = [score for _, score, _ in runs]
-            index = min(range(len(runs)), key=losses.__getitem__)
-            if best is None or losses[index] < best[0]:
-                best = (losses[index], index, restart, runs)
-        _, index, restart, runs = best
-        trajectories: list[Trajectory] = [run for run, _, _ in runs]
-        trace = [v for run in trajectories for v in run.loss_trace]
-        return Reconstruction(runs[index][2], labels, trace, len(trace),
-                              time.perf_counter() - start, trajectories[-1].stop_reason,
-                              restart=restart,
-                              extra={"stage": index, "stage_losses": [s for _, s, _ in runs]})
-
-    def reconstruct_many(self, observations: list[Observation], progress: str | None = None,
-                         trial_transforms: Sequence[RestartTransforms] | None = None
-                         ) -> list[Reconstruction]:
-        """One Reconstruction per observation, every stage of victims x restarts optimised
-        together (:func:`~fedleak.attacks.stacked_problems.optimize_vectorised`, in chunks):
-        victim v with seed ``self.seed + v`` (and ``trial_transforms[v]``, EOT, in place of
-        the adaptive T when given) as the per-victim attack, the same stage chain, l1
-        projections, stoppers (a copy per problem and stage) and (restart, stage) choice."""
-        check_one_each(trial_transforms, observations)
-        self.generator.to(first_of(observations).device)
-        return in_chunks(observations, self.restarts, progress, lambda part, begin: (
-            self._stacked_chunk(part, begin, None if trial_transforms is None
-                                else trial_transforms[begin:begin + len(part)])))
-
-    def _stacked_chunk(self, observations: list[Observation], begin: int,
-                       trial_transforms: Sequence[RestartTransforms] | None
-                       ) -> list[Reconstruction]:
-        start, first = time.perf_counter(), observations[0]
-        victims, restarts, shape = len(observations), self.restarts, first.input_shape
-        labels = torch.stack([infer_labels(obs) for obs in observations])
-        targets = victim_targets(observations)
-        if trial_transforms is not None:
-            transform = restart_transforms(trial_transforms, restarts)
-        else:
-            transform = None if self.transform == "none" else per_victim(
-                [adaptive_transform(self.transform, obs) for obs in observations], restarts)
-        settings = {"distance": "cosine", "regularizers": {"tv": self.tv, "l2": self.image_norm},
-                    "transform": transform, "lr": self.lr, "boxed": False}
-        scorer = StackedModel(first.model)
-
-        def stage(variable: torch.Tensor, decode: nn.Module, iterations: int,
-                  ratio: float | None) -> tuple[BatchedTrajectory, torch.Tensor, torch.Tensor]:
-            """One stage of every problem: its run, (V, R) gradient loss, final images."""
-            def render(v: torch.Tensor) -> torch.Tensor:
-                return to_model_input(decode(v.flatten(0, 1)), shape).unflatten(0, v.shape[:2])
-
-            project = None
-            if ratio is not None:  # each image's change within ratio x its start's l1 norm
-                origin = variable.flatten(0, 2).clone()
-                radius = ratio * origin.flatten(1).abs().sum(1)
-
-                def project(x: torch.Tensor) -> None:
-                    rows = x.view_as(origin)
-                    rows.copy_(origin + project_l1_ball(rows - origin, radius))
-
-            run = optimize_vectorised(first.model, variable, labels, targets, render=render,
-                                      iterations=iterations, lr_factor=ramped(iterations),
-                                      project=project,
-                                      stoppers=copies(self.stopper, victims * restarts),
-                                      **settings)
-            with torch.no_grad():
-                images = render(run.variables.flatten(0, 1))  # (P, B, C, H, W)
-            problem_labels = labels.repeat_interleave(restarts, 0)
-            if transform is None:  # products only, as the stage itself
-                products = scorer.products(images, problem_labels, targets, residual=False)
-            else:
-                products = GradientProducts.formed(
-                    transform(scorer.gradients(images, problem_labels), images), targets)
-            loss = STACKED_DISTANCES["cosine"](products).detach()
-            return run, loss.view(victims, restarts), images.clamp(0, 1).unflatten(
-                0, (victims, restarts))
-
-        latent = torch.stack([self._latents(obs, torch.Generator().manual_seed(
-            self.seed + begin + v)) for v, obs in enumerate(observations)])
-        runs = [stage(latent, self.generator, self.steps[0], None)]
-        feature = self.blocks[0](runs[0][0].variables.flatten(0, 2)
+    def reconstruct(self, victims: Victims) -> list[Reconstruction]:
+        """Every stage of the chunk's problems, each from where the last ended; per victim
+        the (restart, stage) image of lowest gradient distance."""
+        shape = victims.observations[0].input_shape
+        self.generator.to(victims.device)
+        solutions = [victims.solve(self._stage(shape, self.generator, self.steps[0], None))]
+        grid = solutions[0].variables[0].shape[:3]
+        feature = self.blocks[0](solutions[0].variables[0].flatten(0, 2)
                                  .view(-1, self.latent_dim, 1, 1))
         for k, iterations in enumerate(self.steps[1:], start=1):
-            runs.append(stage(feature.unflatten(0, latent.shape[:3]), nn.Sequential(
-                *self.blocks[k:]), iterations, self.radii[k - 1]))
-            feature = self.blocks[k](runs[-1][0].variables.flatten(0, 2))
-        losses = torch.stack([loss for _, loss, _ in runs], dim=2).cpu()  # (V, R, stages)
-        share = (time.perf_counter() - start) / victims
+            stage = self._stage(shape, nn.Sequential(*self.blocks[k:]), iterations,
+                                self.radii[k - 1])
+            solutions.append(victims.solve(stage, [feature.unflatten(0, grid)]))
+            feature = self.blocks[k](solutions[-1].variables[0].flatten(0, 2))
+        images = [s.images() for s in solutions]  # each (V, R, B, C, H, W)
+        losses = torch.stack([victims.distances(s.stage, x) for s, x in zip(solutions, images)],
+                             dim=2).cpu()  # (V, R, stages)
+        labels = victims.labels(solutions[0].stage)
         out = []
-        for v in range(victims):
-            restart, index = divmod(int(losses[v].flatten().argmin()), len(runs))
-            trace = []
-            for run, _, _ in runs:
-                trace += run.loss_trace[:int(run.iterations[v, restart]), v, restart].tolist()
-            last = runs[-1][0]
-            reason = ("diverged" if last.diverged[v, restart] else "max_iterations"
-                      if last.stop_reasons is None else last.stop_reasons[v][restart])
+        for v in range(len(victims.observations)):
+            restart, index = divmod(int(losses[v].flatten().argmin()), len(solutions))
+            trace = [loss for s in solutions for loss in s.trace(v, restart)]
             out.append(Reconstruction(
-                runs[index][2][v, restart], labels[v], trace, len(trace), share, reason,
-                restart=restart, extra={"stage": index, "stage_losses": losses[v, restart].tolist(),
-                                        "vectorised_problems": victims * restarts}))
+                images[index][v, restart].clamp(0, 1), labels[v], trace, len(trace), 0.0,
+                solutions[-1].stop_reasons[v][restart], restart=restart,
+                extra={"stage": index, "stage_losses": losses[v, restart].tolist()}))
         return out
-
-    def _latents(self, obs: Observation, rng: torch.Generator) -> torch.Tensor:
-        """The restarts' starting latent codes (R, B, latent), drawn as the loop draws them."""
-        return torch.stack([obs.randn((obs.batch_size, self.latent_dim), rng)
-                            for _ in range(self.restarts)])

@@ -13,9 +13,8 @@ arbitrary (random) generator w, each outer step takes the next N tasks of S
    line 11's w <- w - beta (w - w') (Reptile).
 
 The registered attack ``giml`` then runs GIAS (GI-z/w by default) with the
-meta-learned generator. The cost c is GIAS's
-(:func:`fedleak.attacks.gias.inversion_cost`): cosine gradient distance +
-lambda_TV TV.
+meta-learned generator. The cost c is GIAS's (its ``stage``): cosine gradient
+distance + lambda_TV TV.
 
 Defaults (the official meta-training script; REFERENCE.md): 200 outer steps,
 N = 1 task per step, 1,000 latent iterations (Adam, eta_z = 3e-2) and 500
@@ -42,16 +41,10 @@ from torch import nn
 
 from fedleak.attacks.base import register
 from fedleak.attacks.bn_statistics import preserved_buffers
-from fedleak.attacks.gias import (
-    GIAS,
-    Cost,
-    inversion_cost,
-    latent_search,
-    parameter_search,
-    trainable_copies,
-)
-from fedleak.attacks.label_inference import infer_labels
-from fedleak.attacks.prior import frozen_copy, to_model_input
+from fedleak.attacks.engine import Stage, Victims
+from fedleak.attacks.gias import GIAS, MILESTONES
+from fedleak.attacks.optimization import optimize
+from fedleak.attacks.prior import frozen_copy, rendered, to_model_input
 from fedleak.types import Need, Observation
 
 Callback = Callable[[int, nn.Module, dict], None]
@@ -66,34 +59,38 @@ def _task_order(count: int, steps: int, per_step: int, rng: torch.Generator) -> 
     return [flat[t * per_step:(t + 1) * per_step] for t in range(steps)]
 
 
-def adapt(meta: nn.Module, tasks: Sequence[Observation], costs: Sequence[Cost], *,
-          latent_iterations: int, parameter_iterations: int, lr_z: float, lr_w: float,
-          z_norm: float, rng: torch.Generator) -> tuple[nn.Module, dict]:
+def adapt(meta: nn.Module, tasks: Sequence[Observation], *, latent_iterations: int,
+          parameter_iterations: int, lr_z: float, lr_w: float, z_norm: float, tv: float,
+          distance: str, rng: torch.Generator) -> tuple[nn.Module, dict]:
     """Alg. 2 lines 4-10: regularised latent searches per task, then one integrated w'."""
     frozen = frozen_copy(meta, tasks[0].device)
-    latents, latent_losses = [], []
-    for obs, cost in zip(tasks, costs):
-        trajectory = latent_search(frozen, obs.randn((obs.batch_size, meta.latent_dim), rng),
-                                   cost, obs.input_shape, lr=lr_z, iterations=latent_iterations,
-                                   z_norm=z_norm)
-        latents.append(trajectory.variables[0].detach())
-        latent_losses.append(trajectory.final_loss)
-    adapted = trainable_copies(frozen, 1)[0]
+    regularizers = {"tv": tv, **({"latent_norm": z_norm} if z_norm > 0 else {})}
+    latents, latent_losses, costs = [], [], []
+    for obs in tasks:
+        task = Victims([obs], restarts=1, seed=0, stacked=False)
+        search = task.solve(Stage(distance, lr_z, latent_iterations, regularizers=regularizers,
+                                  render=rendered(frozen, obs.input_shape),
+                                  milestones=MILESTONES),
+                            [obs.randn((obs.batch_size, meta.latent_dim), rng)[None, None]])
+        latents.append(search.variables[0][0, 0])
+        latent_losses.append(float(search.final_loss()[0, 0]))
+        costs.append(task.loss(Stage(distance, lr_w, parameter_iterations,
+                                     regularizers={"tv": tv})))
+    adapted = copy.deepcopy(frozen).eval().requires_grad_(True)
 
     def integrated_cost() -> torch.Tensor:
-        return sum(cost(to_model_input(adapted(z), obs.input_shape))
+        return sum(cost(to_model_input(adapted(z), obs.input_shape).unsqueeze(0))[0]
                    for obs, cost, z in zip(tasks, costs, latents))
 
-    trajectory = parameter_search([adapted], integrated_cost, lr=lr_w,
-                                  iterations=parameter_iterations)
+    trajectory = optimize(list(adapted.parameters()), integrated_cost, optimizer="adam",
+                          lr=lr_w, iterations=parameter_iterations, milestones=MILESTONES)
     return adapted, {"latent_loss": latent_losses, "parameter_loss": trajectory.final_loss}
 
 
 def _outer_step(meta: nn.Module, meta_opt: torch.optim.Optimizer,
-                tasks: Sequence[Observation], costs: Sequence[Cost], rng: torch.Generator,
-                **inner) -> dict:
+                tasks: Sequence[Observation], rng: torch.Generator, **inner) -> dict:
     """Alg. 2 lines 4-11: adapt w' to the tasks, then one Adam step on ||w' - w||^2."""
-    adapted, entry = adapt(meta, tasks, costs, rng=rng, **inner)
+    adapted, entry = adapt(meta, tasks, rng=rng, **inner)
     meta_opt.zero_grad()
     half_gap = sum(((p - q.detach()) ** 2).sum() for p, q in zip(meta.parameters(),
                                                                 adapted.parameters())) / 2
@@ -131,18 +128,15 @@ def meta_learn_generator(observations: Sequence[Observation], generator: nn.Modu
     rng = torch.Generator().manual_seed(seed)
     meta = copy.deepcopy(generator).to(observations[0].device).eval().requires_grad_(True)
     meta_opt = META_OPTIMIZERS[meta_optimizer](meta.parameters(), lr=meta_lr)
-    costs = [inversion_cost(obs, infer_labels(obs), distance=distance, tv=tv)
-             for obs in observations]
     inner = dict(latent_iterations=latent_iterations, parameter_iterations=parameter_iterations,
-                 lr_z=lr_z, lr_w=lr_w, z_norm=z_norm)
+                 lr_z=lr_z, lr_w=lr_w, z_norm=z_norm, tv=tv, distance=distance)
     log: list[dict] = []
     order = _task_order(len(observations), outer_steps, tasks_per_step, rng)
     with ExitStack() as stack:  # train-mode BatchNorm would update the models' running stats
         for model in {id(obs.model): obs.model for obs in observations}.values():
             stack.enter_context(preserved_buffers(model))
         for step, tasks in enumerate(order, start=1):
-            entry = _outer_step(meta, meta_opt, [observations[i] for i in tasks],
-                                [costs[i] for i in tasks], rng, **inner)
+            entry = _outer_step(meta, meta_opt, [observations[i] for i in tasks], rng, **inner)
             entry.update(step=step, tasks=tasks)
             log.append(entry)
             if callback is not None:

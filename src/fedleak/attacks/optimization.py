@@ -1,18 +1,16 @@
 """The optimisation loop shared by all optimisation-based attacks (DESIGN §3).
 
 Optimisers: L-BFGS and Adam (optionally on the sign of the gradient), a multi-step or
-per-step lr schedule, a box projection, restarts (the lowest final loss wins) and
-optional EPAFL stoppers. What is minimised comes from ``objectives``.
+per-step lr schedule, a projection and optional EPAFL stoppers. What is minimised comes
+from ``objectives``.
 
-``optimize`` is the one loop: every gradient-based attack hands it its variables and its
-objective, one problem or P independent problems stacked on the first dimension
-(``stacked_problems`` builds their objective).
+``optimize`` is the one loop: the engine hands it a stage's variables and objective, one
+problem or P independent problems stacked on the first dimension.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -21,11 +19,6 @@ import torch
 from fedleak.attacks.early_stopping import Stopper
 
 OPTIMIZERS = ("lbfgs", "adam")
-
-
-def clamp_unit(variables: list[torch.Tensor]) -> None:
-    """Box projection of an image attack's first variable onto [0, 1]."""
-    variables[0].clamp_(0, 1)
 
 
 @dataclass
@@ -62,34 +55,24 @@ def _finite(loss: torch.Tensor, variables: list[torch.Tensor]) -> torch.Tensor:
 
 def optimize(variables: list[torch.Tensor], objective: Objective, *,
              optimizer: str, lr: float, iterations: int, signed: bool = False,
-             milestones: Sequence[float] = (), gamma: float = 0.1,
-             lr_factor: Callable[[int], float] | None = None,
-             betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+             milestones: Sequence[float] = (), lr_factor: Callable[[int], float] | None = None,
              project: Callable[[list[torch.Tensor]], None] | None = None,
              stopper: Stopper | Sequence[Stopper] | None = None,
              snapshot_at: Collection[int] = (),
              render: Callable[[list[torch.Tensor]], torch.Tensor] | None = None) -> Trajectory:
-    """The one optimisation loop of every gradient-based attack: minimise ``objective()``
-    over ``variables`` in place with a torch optimiser; returns the trajectory.
+    """Minimise ``objective()`` over ``variables`` in place; returns the trajectory.
 
-    ``objective()`` returns the loss, or the loss and the gradient of each variable where
-    it computes them itself (``torch.func``). A 0-dim loss is one problem; a (P,) loss is
-    P independent problems stacked on the first dimension of every variable (Adam only:
-    the optimiser steps their sum, whose gradient is each problem's own), and a problem
-    whose loss or iterate turns non-finite gets its last finite iterate back and stays
-    there while the others go on. One problem stops at its first non-finite step instead.
-
-    The lr is multiplied by ``gamma`` at each fraction of ``iterations`` in
-    ``milestones``, or by ``lr_factor(t)`` at step t. ``signed`` steps on the sign of the
-    gradient. ``project`` runs after every step. ``stopper`` sees every finite loss of
-    one problem; P stacked problems take a sequence of G stoppers (G dividing P), stopper
-    g fed the summed loss of the g-th run of P / G consecutive problems (one each, or a
-    victim's seeds optimised as one joint problem; one host sync a step): problems whose
-    stopper fires keep that iterate and stop counting while the others go on, as if they
-    had run alone, and the loop ends once none runs. ``render(variables)`` (the images,
-    in [0, 1] after clamping) is recorded at each iteration of ``snapshot_at`` (0: the
-    start); iterations after the run stopped early get its final images.
-    """
+    ``objective()`` returns the loss, or the loss and each variable's gradient. A 0-dim
+    loss is one problem, which stops at its first non-finite step; a (P,) loss is P
+    problems stacked on every variable's first dimension (Adam only: it steps their sum),
+    one that turns non-finite frozen at its last finite iterate. The lr is multiplied by
+    0.1 at each fraction of ``iterations`` in ``milestones``, or by ``lr_factor(t)``;
+    ``signed`` steps on the gradient's sign; ``project`` runs after every step. ``stopper``
+    sees one problem's finite losses; P problems take G stoppers (G dividing P), stopper g
+    fed the summed loss of the g-th run of P / G problems (one host sync a step): those
+    whose stopper fires keep that iterate and stop counting, and the loop ends once none
+    runs. ``render(variables)`` (clamped to [0, 1]) is recorded at the iterations in
+    ``snapshot_at`` (0: the start; after an early stop, the final images)."""
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
     if iterations < 1:
@@ -97,12 +80,12 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
     if optimizer == "lbfgs":
         opt = torch.optim.LBFGS(variables, lr=lr)
     else:
-        opt = torch.optim.Adam(variables, lr=lr, betas=betas, eps=eps)
+        opt = torch.optim.Adam(variables, lr=lr)
     if lr_factor is not None:
         schedule = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     else:
         steps = sorted({int(m * iterations) for m in milestones})
-        schedule = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=steps, gamma=gamma)
+        schedule = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=steps, gamma=0.1)
     stoppers = list(stopper) if isinstance(stopper, Sequence) else None
     for each in stoppers or ([] if stopper is None else [stopper]):
         each.reset()
@@ -197,16 +180,3 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
     return Trajectory(variables, torch.stack(trace).tolist() if trace else [], len(trace),
                       reason, snapshots)
 
-
-def best_of_restarts(run_once: Callable[[int], Trajectory], restarts: int
-                     ) -> tuple[Trajectory, int, float]:
-    """Run ``restarts`` independent trials; keep the one with the lowest final loss."""
-    if restarts < 1:
-        raise ValueError(f"restarts must be >= 1, got {restarts}")
-    start = time.perf_counter()
-    best, best_index = None, 0
-    for index in range(restarts):
-        trial = run_once(index)
-        if best is None or trial.final_loss < best.final_loss:
-            best, best_index = trial, index
-    return best, best_index, time.perf_counter() - start

@@ -7,6 +7,7 @@ The DCGAN generator emits 32x32 images in [-1, 1]; attacks see them as
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +30,17 @@ def to_model_input(generated: torch.Tensor, input_shape: tuple[int, int, int]) -
         images = F.interpolate(images, size=(height, width), mode="bilinear",
                                align_corners=False)
     return images
+
+
+def rendered(decode: nn.Module, input_shape: tuple[int, int, int]
+             ) -> Callable[[list[torch.Tensor]], torch.Tensor]:
+    """A generator stage's render: its first variable (P, B, ...) decoded as one batch and
+    mapped to model-input images (P, B, C, H, W)."""
+    def render(variables: list[torch.Tensor]) -> torch.Tensor:
+        v = variables[0]
+        return to_model_input(decode(v.flatten(0, 1)), input_shape).unflatten(0, v.shape[:2])
+
+    return render
 
 
 def frozen_copy(generator: nn.Module, device: torch.device | None = None) -> nn.Module:

@@ -107,28 +107,20 @@ class _Tape:
         return (z.unflatten(0, (self.problems, -1)) + self.per_problem(name, z.ndim)).flatten(0, 1)
 
 
-class _StackedConv2d(nn.Module):
-    def __init__(self, layer: nn.Conv2d, prefix: str, tape: _Tape) -> None:
+class _StackedWeight(nn.Module):
+    """A Conv2d or Linear layer with its shared weight, recorded on the tape."""
+
+    def __init__(self, layer: nn.Conv2d | nn.Linear, prefix: str, tape: _Tape) -> None:
         super().__init__()
         self.layer, self.prefix, self.tape = layer, prefix, tape
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        layer = self.layer
-        z = InputGradientConv.apply(x, layer.weight.detach(), layer.stride, layer.padding,
-                                    layer.dilation)
-        self.tape.layers.append(_Layer(self.prefix + "weight", x, z, layer))
+        layer, weight = self.layer, self.layer.weight.detach()
+        conv = layer if isinstance(layer, nn.Conv2d) else None
+        z = (x @ weight.T if conv is None else InputGradientConv.apply(
+            x, weight, layer.stride, layer.padding, layer.dilation))
+        self.tape.layers.append(_Layer(self.prefix + "weight", x, z, conv))
         return self.tape.add_bias(z, None if layer.bias is None else self.prefix + "bias")
-
-
-class _StackedLinear(nn.Module):
-    def __init__(self, layer: nn.Linear, prefix: str, tape: _Tape) -> None:
-        super().__init__()
-        self.layer, self.prefix, self.tape = layer, prefix, tape
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = x @ self.layer.weight.detach().T
-        self.tape.layers.append(_Layer(self.prefix + "weight", x, z, None))
-        return self.tape.add_bias(z, None if self.layer.bias is None else self.prefix + "bias")
 
 
 Moments = tuple[torch.Tensor, torch.Tensor]
@@ -168,9 +160,9 @@ class _StackedBatchNorm(nn.Module):
 
 def _stacked_layer(module: nn.Module) -> type[nn.Module] | None:
     if isinstance(module, nn.Conv2d) and module.groups == 1 and module.padding_mode == "zeros":
-        return _StackedConv2d
+        return _StackedWeight
     if isinstance(module, nn.Linear):
-        return _StackedLinear
+        return _StackedWeight
     if isinstance(module, nn.modules.batchnorm._BatchNorm):
         return _StackedBatchNorm
     return None
@@ -184,12 +176,10 @@ def unsupported(model: nn.Module) -> list[str]:
             if _stacked_layer(module) is None and list(module.parameters(recurse=False))]
 
 
-def forming_pays(model: nn.Module, limit: int | None = None) -> bool:
+def forming_pays(model: nn.Module) -> bool:
     """Whether problems whose trial gradients are formed stack faster than they loop:
-    ``model`` has at most ``limit`` parameters (an attack's own measured limit; None:
-    :data:`FORMED_PARAMETERS`)."""
-    limit = FORMED_PARAMETERS if limit is None else limit
-    return sum(p.numel() for p in model.parameters()) <= limit
+    ``model`` has at most :data:`FORMED_PARAMETERS` parameters."""
+    return sum(p.numel() for p in model.parameters()) <= FORMED_PARAMETERS
 
 
 def _converted(module: nn.Module, tape: _Tape, prefix: str = "") -> nn.Module:
@@ -234,7 +224,7 @@ class StackedModel:
         self.tape = _Tape()
         self.stacked = _converted(model, self.tape)
         weights = {layer.prefix + "weight" for layer in self.stacked.modules()
-                   if isinstance(layer, (_StackedConv2d, _StackedLinear))}
+                   if isinstance(layer, _StackedWeight)}
         self.copied = [n for n in self.parameters if n not in weights]
         self._target_sq: tuple[object, torch.Tensor] = (None, torch.empty(0))
 
@@ -329,7 +319,7 @@ class StackedModel:
         problems = len(images)
         victims = len(next(iter(targets.values())))
         restarts = problems // victims
-        output_grads, copied = self._output_gradients(images, labels, create_graph=True)
+        output_grads, copied = self._output_gradients(images, labels, torch.is_grad_enabled())
 
         def by_victim(t: torch.Tensor) -> torch.Tensor:
             return t.unflatten(0, (victims, restarts))

@@ -1,0 +1,515 @@
+"""The attack engine: an attack's optimisation, stated once as a :class:`Stage` (what it
+optimises, its render, distance, regularisers, prior, projection, schedule, stopper), run
+for the victims of one FL round stacked or one problem at a time (DESIGN §7). A
+multi-stage attack solves a sequence of stages, each starting where the last one ended.
+
+:func:`reconstruct_all` hands the attack its victims in chunks (:class:`Victims`) and picks
+**stacked** where more than one problem runs, the model's parametrised layers stack
+(``stacked_gradients.unsupported``) and, for an attack whose trial gradients are formed
+(``forms_gradients``), forming them pays (``stacked_gradients.forming_pays``): the
+P = victims x restarts problems' images then run as
+one batch through ``StackedModel``, in chunks of ``StackedModel.problems_per_step``.
+Otherwise each problem's trial gradient comes from autograd on the model, one victim a
+chunk; ``attack(obs)`` is that with P = restarts. Either way Adam steps the P problems
+together (element-wise, so each moves as if alone; one that diverges or whose stopper
+fires is frozen there) and L-BFGS problems keep their own optimiser, evaluated together
+(``lockstep.in_lockstep``). Victim v draws its restarts' starts in turn from a generator
+seeded ``attack.seed + v``, as the attack built with that seed does on it alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+from torch import nn
+from torch.func import vmap
+from tqdm import tqdm
+
+from fedleak.attacks.base import Reconstruction
+from fedleak.attacks.bn_statistics import BNRecorder, batchnorm_layers, preserved_buffers
+from fedleak.attacks.early_stopping import Stopper, copies
+from fedleak.attacks.label_inference import infer_labels
+from fedleak.attacks.lockstep import in_lockstep
+from fedleak.attacks.objectives import (
+    RESIDUAL_DISTANCES,
+    STACKED_DISTANCES,
+    Candidate,
+    GradientProducts,
+    check_distance,
+    compose,
+    penalty,
+)
+from fedleak.attacks.optimization import optimize
+from fedleak.attacks.stacked_gradients import StackedModel, forming_pays, unsupported
+from fedleak.types import Observation, Update
+
+ENGINES = ("auto", "stacked", "loop")
+Variables = list[torch.Tensor]
+# A gradient transformation T: (trial gradients, name -> (N, *shape) or (*shape), images) ->
+# the transformed gradients (GGL's adaptive T, estimated from the received gradient).
+Transform = Callable[[Mapping[str, torch.Tensor], torch.Tensor], Mapping[str, torch.Tensor]]
+# restart r -> the transformation of that restart's trial gradients (EOT's defense samples)
+RestartTransforms = Callable[[int], Transform]
+Moments = list[tuple[torch.Tensor, torch.Tensor]]
+# an attack's own term: (images (P, B, ...), the BatchNorm input moments (P, C) of the last
+# forward, computed when called) -> (P,); called once per evaluation
+Prior = Callable[[torch.Tensor, Callable[[], Moments]], torch.Tensor]
+Loss = Callable[..., torch.Tensor]
+
+
+@dataclass
+class Stage:
+    """One optimisation of an attack. P problems' variables are tensors (P, ...), the last
+    ``fixed`` of them constants (GI-w's codes); ``draw(obs, rng)`` gives one restart's.
+    ``render`` maps them to images (P, B, C, H, W) (None: the first variable is the images;
+    a rendered stage's regularisers see its first variable as the latent). The loss is
+    ``distance`` between each trial gradient (cross-entropy against ``labels(obs)`` or
+    ``soft_labels(variables)``, changed by ``transform(obs)``) and ``target(obs)`` (default:
+    the observed gradient), plus ``prior(observations, restarts)``'s term and the weighted
+    ``regularizers``. Adam (on the gradient's sign when ``signed``) or L-BFGS runs
+    ``iterations`` at ``lr``, times 0.1 at each fraction in ``milestones`` or
+    ``lr_factor(t)``; after each step ``boxed`` clamps the first variable to [0, 1] and
+    ``project(variable, start)`` replaces it. ``stopper`` is copied to every problem, or
+    with ``joint`` to every victim, whose restarts then form one problem (their sum)."""
+
+    distance: str
+    lr: float
+    iterations: int
+    draw: Callable[[Observation, torch.Generator], Variables] | None = None
+    regularizers: Mapping[str, float] = field(default_factory=dict)
+    render: Callable[[Variables], torch.Tensor] | None = None
+    labels: Callable[[Observation], torch.Tensor] = infer_labels
+    soft_labels: Callable[[Variables], torch.Tensor] | None = None
+    target: Callable[[Observation], Mapping[str, torch.Tensor]] | None = None
+    transform: Callable[[Observation], Transform] | None = None
+    prior: Callable[[list[Observation], int], Prior] | None = None
+    optimizer: str = "adam"
+    signed: bool = False
+    milestones: Sequence[float] = ()
+    lr_factor: Callable[[int], float] | None = None
+    boxed: bool = False
+    project: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    stopper: Stopper | None = None
+    joint: bool = False
+    fixed: int = 0
+
+    def __post_init__(self) -> None:
+        check_distance(self.distance)
+
+    def images(self, variables: Variables) -> torch.Tensor:
+        """The images (N, B, C, H, W) of N problems' variables (each (N, ...))."""
+        return variables[0] if self.render is None else self.render(variables)
+
+
+@dataclass
+class Solution:
+    """A solved stage for V victims x R restarts: the final (last finite) ``variables``,
+    each (V, R, ...); ``loss_trace`` (T, V, R), of which problem (v, r) recorded the first
+    ``iterations[v, r]`` entries; why each stopped; the images at the asked iterations."""
+
+    stage: Stage
+    variables: Variables
+    loss_trace: torch.Tensor
+    iterations: torch.Tensor
+    stop_reasons: list[list[str]]
+    snapshots: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def final_loss(self) -> torch.Tensor:
+        """(V, R) the last recorded loss of each problem; inf where none was recorded."""
+        last = (self.iterations - 1).clamp(min=0).unsqueeze(0)
+        final = self.loss_trace.gather(0, last).squeeze(0)
+        return torch.where(self.iterations > 0, final, torch.full_like(final, float("inf")))
+
+    def best_restart(self) -> torch.Tensor:
+        """(V,) each victim's restart of lowest final loss (the first on ties)."""
+        return self.final_loss().argmin(dim=1)
+
+    def trace(self, victim: int, restart: int) -> list[float]:
+        return self.loss_trace[:int(self.iterations[victim, restart]), victim, restart].tolist()
+
+    def chosen(self, restarts: torch.Tensor) -> Variables:
+        """The variables (V, ...) of restart ``restarts[v]`` of each victim v."""
+        return [v[torch.arange(len(restarts), device=v.device), restarts.to(v.device)]
+                for v in self.variables]
+
+    def images(self) -> torch.Tensor:
+        """The images (V, R, B, C, H, W) of every problem (not clamped)."""
+        grid = self.variables[0].shape[:2]
+        with torch.no_grad():
+            return self.stage.images([v.flatten(0, 1) for v in self.variables]).unflatten(0, grid)
+
+
+def per_problem(transforms: Sequence[Transform]) -> Transform:
+    """One transform of P problems: ``transforms[p]`` applied to problem p's own trial
+    gradient and images (EOT's defense samples, which draw per problem)."""
+    def apply(trial: Mapping[str, torch.Tensor], images: torch.Tensor) -> dict[str, torch.Tensor]:
+        parts = [t(Update({k: g[p] for k, g in trial.items()}), images[p])
+                 for p, t in enumerate(transforms)]
+        return {k: torch.stack([part[k] for part in parts]) for k in trial}
+
+    return apply
+
+
+def stacked_loss(model: nn.Module, labels: torch.Tensor | None,
+                 targets: dict[str, torch.Tensor], *, distance: str,
+                 regularizers: Mapping[str, float] | None = None,
+                 transform: Transform | None = None, prior: Prior | None = None) -> Loss:
+    """``loss(images, latent=None, labels=labels)`` -> (P,): the stage loss of P = V x R
+    problems (victim-major; ``targets``: name -> (V, *shape)) whose images (P, B, ...) run
+    as one batch through ``model`` (:class:`StackedModel`; a ``transform`` forms the trial
+    gradients), differentiable in the images where grad mode is on."""
+    regularize, stacked = penalty(regularizers), StackedModel(model)
+    measure, residual = STACKED_DISTANCES[distance], distance in RESIDUAL_DISTANCES
+    image_terms = vmap(lambda x: regularize(Candidate(x)))
+    latent_terms = vmap(lambda x, z: regularize(Candidate(x, z)))
+
+    def loss(images: torch.Tensor, latent: torch.Tensor | None = None,
+             labels: torch.Tensor | None = labels) -> torch.Tensor:
+        if transform is None:
+            products = stacked.products(images, labels, targets, residual)
+        else:
+            trial = stacked.gradients(images, labels, create_graph=torch.is_grad_enabled())
+            products = GradientProducts.formed(transform(trial, images), targets)
+        value = measure(products)
+        if prior is not None:
+            value = value + prior(images, stacked.batchnorm_statistics)
+        if regularizers:
+            value = value + (image_terms(images) if latent is None
+                             else latent_terms(images, latent))
+        return value
+
+    return loss
+
+
+def looped_loss(model: nn.Module, labels: torch.Tensor | None, targets: list[list[torch.Tensor]],
+                *, distance: str, regularizers: Mapping[str, float] | None = None,
+                transforms: Sequence[Transform] | None = None, prior: Prior | None = None
+                ) -> Loss:
+    """:func:`stacked_loss` one problem at a time, each trial gradient by autograd on
+    ``model`` itself: ``targets[v]`` the gradient list of victim v (model parameter order),
+    ``transforms[p]`` the transformation of problem p when given."""
+    objective, names = compose(distance, regularizers), [n for n, _ in model.named_parameters()]
+    norms = batchnorm_layers(model)
+
+    def loss(images: torch.Tensor, latent: torch.Tensor | None = None,
+             labels: torch.Tensor | None = labels) -> torch.Tensor:
+        restarts = len(images) // len(targets)
+        graph, values, moments = torch.is_grad_enabled(), [], []
+        with BNRecorder(model) as recorder:
+            for p, x in enumerate(images):
+                with torch.enable_grad():
+                    trial = Update.of(model, x, labels[p], create_graph=graph)
+                if transforms is not None:
+                    trial = transforms[p](trial, x)
+                values.append(objective([trial[n] for n in names], targets[p // restarts],
+                                        Candidate(x, None if latent is None else latent[p])))
+                if norms:
+                    moments.append(recorder.statistics())
+        value = torch.stack(values)
+        if prior is not None:
+            value = value + prior(images, lambda: [
+                tuple(torch.stack([m[layer][i] for m in moments]) for i in range(2))
+                for layer in range(len(norms))])
+        return value
+
+    return loss
+
+
+class Victims:
+    """One chunk of victims sharing a model, as :func:`reconstruct_all` hands them to an
+    attack: ``solve`` runs a :class:`Stage` for them (stacked when ``stacked``), victim v
+    drawing from a generator seeded ``seed + v``; ``transforms[v]`` (EOT) replaces every
+    stage's transformation of victim v's restarts."""
+
+    def __init__(self, observations: Sequence[Observation], *, restarts: int, seed: int,
+                 stacked: bool, transforms: Sequence[RestartTransforms] | None = None,
+                 snapshots: Collection[int] = ()) -> None:
+        self.observations, self.restarts, self.seed = list(observations), restarts, seed
+        self.stacked, self.transforms, self.snapshots = stacked, transforms, tuple(snapshots)
+        self.model, self.device = self.observations[0].model, self.observations[0].device
+        self._sampled: dict[int, list[Transform]] = {}  # restarts -> EOT's, one per problem
+
+    def with_transforms(self, transforms: Sequence[RestartTransforms]) -> Victims:
+        return Victims(self.observations, restarts=self.restarts, seed=self.seed,
+                       stacked=self.stacked, transforms=transforms, snapshots=self.snapshots)
+
+    def draw(self, draw: Callable[[Observation, torch.Generator], Variables],
+             restarts: int | None = None) -> Variables:
+        """Each variable's starts (V, R, ...): victim v draws its restarts in turn."""
+        drawn = []
+        for v, obs in enumerate(self.observations):
+            rng = torch.Generator().manual_seed(self.seed + v)
+            drawn.append([draw(obs, rng) for _ in range(restarts or self.restarts)])
+        return [torch.stack([torch.stack([start[i] for start in starts]) for starts in drawn])
+                for i in range(len(drawn[0][0]))]
+
+    def labels(self, stage: Stage) -> torch.Tensor:
+        return torch.stack([stage.labels(obs) for obs in self.observations])
+
+    def loss(self, stage: Stage, restarts: int | None = None, *, regularized: bool = True
+             ) -> Loss:
+        """The stage's ``loss(images (P, B, ...), latent=None, labels=...)`` -> (P,) for the
+        victims x ``restarts`` problems, victim-major, stacked or one problem at a time as
+        the chunk runs; without the regularisers and prior unless ``regularized``."""
+        restarts, chosen = restarts or self.restarts, self.observations
+        labels = self.labels(stage).repeat_interleave(restarts, 0)
+        targets = [stage.target(obs) if stage.target else obs.gradient for obs in chosen]
+        names = [n for n, _ in self.model.named_parameters()]
+        transforms = None if self.transforms is None else self._sample(restarts)
+        if transforms is None and stage.transform is not None:
+            transforms = [t for t in map(stage.transform, chosen) for _ in range(restarts)]
+        settings = {"distance": stage.distance,
+                    "regularizers": stage.regularizers if regularized else None,
+                    "prior": stage.prior(chosen, restarts) if regularized and stage.prior
+                    else None}
+        if self.stacked:
+            return stacked_loss(self.model, labels, {n: torch.stack(
+                [t[n].detach().to(self.device) for t in targets]) for n in names},
+                transform=None if transforms is None else per_problem(transforms), **settings)
+        return looped_loss(self.model, labels, [[t[n].detach().to(self.device) for n in names]
+                                                for t in targets],
+                           transforms=transforms, **settings)
+
+    def _sample(self, restarts: int) -> list[Transform]:
+        """EOT's transformations of the chunk's problems, made once per chunk."""
+        if restarts not in self._sampled:
+            self._sampled[restarts] = [of_restart(r) for of_restart in self.transforms
+                                       for r in range(restarts)]
+        return self._sampled[restarts]
+
+    def solve(self, stage: Stage, starts: Variables | None = None) -> Solution:
+        """Run ``stage`` from ``starts`` (each (V, R, ...); default: drawn by ``stage.draw``)."""
+        starts = self.draw(stage.draw) if starts is None else starts
+        loss = self.loss(stage, starts[0].shape[1])
+
+        def objective(variables: Variables) -> torch.Tensor:  # (P,) of variables (P, ...)
+            labels = {} if stage.soft_labels is None else {"labels": stage.soft_labels(variables)}
+            return loss(stage.images(variables), None if stage.render is None else variables[0],
+                        **labels)
+
+        run = _lockstep if stage.optimizer == "lbfgs" else _together
+        with preserved_buffers(self.model):  # train-mode BatchNorm would update running stats
+            return run(stage, objective, starts, self.snapshots)
+
+    def distances(self, stage: Stage, images: torch.Tensor) -> torch.Tensor:
+        """(V, R) the stage's gradient distance alone (after its transformation) at images
+        (V, R, B, ...): how attacks choose among restarts or stages."""
+        loss = self.loss(stage, images.shape[1], regularized=False)
+        with preserved_buffers(self.model):
+            return loss(images.flatten(0, 1)).detach().unflatten(0, images.shape[:2])
+
+    def scorer(self, stage: Stage, victim: int, restart: int
+               ) -> Callable[[Variables], torch.Tensor]:
+        """The stage's losses (N,) of N candidate variables (each (N, ...)) of one victim's
+        restart, without gradients, at most ``problems_per_step`` at a time (CMA-ES)."""
+        obs = self.observations[victim]
+        sampled = None if self.transforms is None else self.transforms[victim](restart)
+        candidate = None if sampled is None else [lambda _: sampled]  # every one is restart's
+        probe = torch.zeros(obs.batch_size, *obs.input_shape, device=self.device)
+        per_step = StackedModel(self.model).problems_per_step(probe) if self.stacked else None
+
+        def score(candidates: Variables) -> torch.Tensor:
+            out = []
+            for part in zip(*(c.split(per_step or len(c)) for c in candidates)):
+                loss = Victims([obs], restarts=len(part[0]), seed=self.seed, stacked=self.stacked,
+                               transforms=candidate).loss(stage)
+                with torch.no_grad(), preserved_buffers(self.model):
+                    out.append(loss(stage.images(list(part)), None if stage.render is None
+                                    else part[0]).detach())
+            return torch.cat(out)
+
+        return score
+
+    def reconstructions(self, solution: Solution, extra: dict | None = None
+                        ) -> list[Reconstruction]:
+        """Each victim's restart of lowest final loss, as a Reconstruction."""
+        stage, best = solution.stage, solution.best_restart()
+        chosen = solution.chosen(best)
+        with torch.no_grad():
+            images = stage.images(chosen)
+        labels = (self.labels(stage) if stage.soft_labels is None
+                  else stage.soft_labels(chosen).argmax(-1))
+        out = []
+        for v in range(len(self.observations)):
+            r = int(best[v])
+            trace = solution.trace(v, r)
+            out.append(Reconstruction(images[v].detach().clamp(0, 1), labels[v], trace,
+                                      len(trace), 0.0, solution.stop_reasons[v][r], restart=r,
+                                      extra=dict(extra or {}), snapshots={
+                                          t: s[v, r] for t, s in solution.snapshots.items()}))
+        return out
+
+
+def _together(stage: Stage, objective: Callable[[Variables], torch.Tensor], starts: Variables,
+              snapshots: Collection[int]) -> Solution:
+    """Adam on the P = V x R problems at once (each stopper, divergence, on its own)."""
+    grid, optimised = starts[0].shape[:2], len(starts) - stage.fixed
+    x = [s.detach().flatten(0, 1).clone().requires_grad_(True) for s in starts[:optimised]]
+    constants = [s.detach().flatten(0, 1) for s in starts[optimised:]]
+    origin = x[0].detach().clone()
+
+    def evaluate() -> tuple[torch.Tensor, list[torch.Tensor]]:
+        variables = [v.detach().requires_grad_(True) for v in x]
+        loss = objective(variables + constants)
+        return loss.detach(), list(torch.autograd.grad(loss.sum(), variables))
+
+    def projection(variables: Variables) -> None:
+        if stage.boxed:
+            variables[0].clamp_(0, 1)
+        if stage.project is not None:
+            variables[0].copy_(stage.project(variables[0], origin))
+
+    run = optimize(x, evaluate, optimizer="adam", lr=stage.lr, iterations=stage.iterations,
+                   signed=stage.signed, milestones=stage.milestones, lr_factor=stage.lr_factor,
+                   project=projection, snapshot_at=snapshots,
+                   render=lambda variables: stage.images(variables + constants),
+                   stopper=copies(stage.stopper, grid[0] if stage.joint else grid.numel()))
+    reasons = run.stop_reasons or ["diverged" if d else "max_iterations"
+                                   for d in run.diverged.tolist()]
+    return Solution(stage, [v.detach().unflatten(0, grid) for v in x + constants],
+                    run.loss_trace.unflatten(1, grid).cpu(),
+                    run.iterations.unflatten(0, grid).cpu(),
+                    [reasons[v * grid[1]:(v + 1) * grid[1]] for v in range(grid[0])],
+                    {t: s.unflatten(0, grid) for t, s in run.snapshots.items()})
+
+
+def _lockstep(stage: Stage, objective: Callable[[Variables], torch.Tensor], starts: Variables,
+              snapshots: Collection[int]) -> Solution:
+    """L-BFGS: every problem its own optimiser and stopper, their objectives evaluated
+    together once all wait (:func:`~fedleak.attacks.lockstep.in_lockstep`)."""
+    grid, optimised = starts[0].shape[:2], len(starts) - stage.fixed
+    problems = [[s[v, r].detach().clone().requires_grad_(True) for s in starts[:optimised]]
+                for v in range(grid[0]) for r in range(grid[1])]
+    constants = [s.detach().flatten(0, 1) for s in starts[optimised:]]
+
+    def evaluate() -> tuple[torch.Tensor, list[torch.Tensor]]:
+        stacked = [torch.stack([p[i].detach() for p in problems]).requires_grad_(True)
+                   for i in range(optimised)]
+        value = objective(stacked + constants)
+        return value.detach(), list(torch.autograd.grad(value.sum(), stacked))
+
+    def run(variables: Variables, fixed: Variables, shared) -> object:
+        return optimize(variables, shared, optimizer="lbfgs", lr=stage.lr,
+                        iterations=stage.iterations, stopper=copy.deepcopy(stage.stopper),
+                        snapshot_at=snapshots, render=lambda vs: stage.images(
+                            [v.unsqueeze(0) for v in vs + fixed])[0])
+
+    runs = [partial(run, p, [c[i] for c in constants]) for i, p in enumerate(problems)]
+    if len(runs) == 1:  # in this thread: torch runs slower in another beside an idle one
+        runs = [runs[0](lambda: (lambda loss, grads: (loss[0], [g[0] for g in grads]))(
+            *evaluate()))]
+    else:
+        runs = in_lockstep(runs, evaluate)
+    trace = torch.full((max(r.iterations for r in runs), len(runs)), float("nan"),
+                       dtype=torch.float64)
+    for p, r in enumerate(runs):
+        trace[:r.iterations, p] = torch.tensor(r.loss_trace, dtype=torch.float64)
+    reasons = [r.stop_reason for r in runs]
+    return Solution(stage, [torch.stack([r.variables[i].detach() for r in runs]).unflatten(0, grid)
+                            for i in range(optimised)] + [c.unflatten(0, grid) for c in constants],
+                    trace.unflatten(1, grid), torch.tensor([r.iterations for r in runs]).view(grid),
+                    [reasons[v * grid[1]:(v + 1) * grid[1]] for v in range(grid[0])],
+                    {t: torch.stack([r.snapshots[t] for r in runs]).unflatten(0, grid)
+                     for t in snapshots})
+
+
+def image_start(obs: Observation, rng: torch.Generator) -> Variables:
+    """A restart's images, from N(0, 1) (Inverting Gradients, iDLG, GI-x, GradInversion)."""
+    return [obs.randn((obs.batch_size, *obs.input_shape), rng)]
+
+
+class Attack:
+    """An optimisation attack stated once: ``stage(victims)`` for one stage, or
+    ``reconstruct(victims)`` for several; the engine decides how they run. Subclasses set
+    ``restarts``, ``seed`` and ``stopper``; ``forms_gradients`` when each problem's trial
+    gradient is formed (an L2 distance, a transformation) and stacking it was measured to
+    pay only on small models, ``vectorisable = False`` to take victims one at a time
+    (CMA-ES), ``records_snapshots = False`` when snapshots are not one stage's."""
+
+    restarts: int = 1
+    seed: int = 0
+    stopper: Stopper | None = None
+    forms_gradients: bool = False
+    vectorisable: bool = True
+    records_snapshots: bool = True
+
+    def stage(self, victims: Victims) -> Stage:
+        raise NotImplementedError(f"{type(self).__name__} defines neither stage nor reconstruct")
+
+    def reconstruct(self, victims: Victims) -> list[Reconstruction]:
+        """One Reconstruction per victim of the chunk."""
+        return victims.reconstructions(victims.solve(self.stage(victims)))
+
+    def __call__(self, obs: Observation, snapshots: Collection[int] = ()) -> Reconstruction:
+        """Reconstruct one victim (its restarts stacked where that pays)."""
+        return reconstruct_all(self, [obs], snapshots)[0]
+
+
+def stacks(attack: Attack, observations: Sequence[Observation]) -> bool:
+    """Whether the observations' problems run stacked (the module docstring's rules)."""
+    first = observations[0]
+    return (len(observations) * attack.restarts > 1 and not unsupported(first.model)
+            and (not attack.forms_gradients or forming_pays(first.model))
+            and not _mixed(observations))
+
+
+def _mixed(observations: Sequence[Observation]) -> str | None:
+    """Why the observations cannot stack (another model object, batch size or input shape)."""
+    first = observations[0]
+    for v, obs in enumerate(observations):
+        if obs.model is not first.model:
+            return (f"observation {v} has another model object; expected the same model for "
+                    "every observation")
+        if (obs.batch_size, obs.input_shape) != (first.batch_size, first.input_shape):
+            return (f"observation {v} has batch_size {obs.batch_size} and input_shape "
+                    f"{obs.input_shape}; expected {first.batch_size} and "
+                    f"{first.input_shape} like observation 0")
+    return None
+
+
+def reconstruct_all(attack: Attack, observations: list[Observation],
+                    snapshots: Collection[int] = (), progress: str | None = None,
+                    engine: str = "auto") -> list[Reconstruction]:
+    """One Reconstruction per observation (victim), victim v attacked with seed
+    ``attack.seed + v``: ``engine`` "auto" stacks where the module docstring's rules say it
+    pays, "stacked" or "loop" forces one way. A progress bar (per chunk of victims, with an
+    ETA) is labelled ``progress``; ``wall_time`` is a victim's share of its chunk.
+    ``snapshots`` asks for the images at those iterations (single-stage attacks)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if not observations:
+        return []
+    if snapshots and not attack.records_snapshots:
+        raise ValueError(f"{type(attack).__name__} cannot record snapshots (they are one "
+                         f"stage's); expected attack.snapshots: [] for it")
+    if engine == "stacked" and (why := _mixed(observations)):
+        raise ValueError(why)
+    stacked = engine == "stacked" or (engine == "auto" and stacks(attack, observations))
+    first = observations[0]
+    chunk = 1
+    if stacked and attack.vectorisable:
+        probe = torch.zeros(first.batch_size, *first.input_shape, device=first.device)
+        chunk = max(1, StackedModel(first.model).problems_per_step(probe) // attack.restarts)
+    out: list[Reconstruction] = []
+    with tqdm(total=len(observations), desc=progress, unit="victim",
+              disable=progress is None, leave=False) as bar:
+        for begin in range(0, len(observations), chunk):
+            part = observations[begin:begin + chunk]
+            start = time.perf_counter()
+            recs = attack.reconstruct(Victims(part, restarts=attack.restarts,
+                                              seed=attack.seed + begin, stacked=stacked,
+                                              snapshots=snapshots))
+            share = (time.perf_counter() - start) / len(part)
+            for rec in recs:
+                rec.wall_time = share
+                if stacked:
+                    rec.extra["vectorised_problems"] = len(part) * attack.restarts
+            out += recs
+            bar.update(len(part))
+    return out
+
