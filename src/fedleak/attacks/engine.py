@@ -438,11 +438,8 @@ class Attack:
     vectorisable: bool = True
     records_snapshots: bool = True
 
-    def stage(self, victims: Victims) -> Stage:
-        raise NotImplementedError(f"{type(self).__name__} defines neither stage nor reconstruct")
-
     def reconstruct(self, victims: Victims) -> list[Reconstruction]:
-        """One Reconstruction per victim of the chunk."""
+        """One Reconstruction per victim of the chunk, from the subclass's ``stage``."""
         return victims.reconstructions(victims.solve(self.stage(victims)))
 
     def __call__(self, obs: Observation, snapshots: Collection[int] = ()) -> Reconstruction:

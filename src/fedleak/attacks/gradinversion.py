@@ -72,6 +72,7 @@ class GradInversion(Attack):
     # faster than the loop on ResNet-18 too (benchmarks/stacked_attacks.py, 2 victims x 4
     # seeds: 1.27x with BN_exact, 1.20x without), so it stacks on every model.
     forms_gradients = False
+    records_snapshots = False  # its seeds are one joint problem
 
     def __init__(self, *, iterations: int, lr: float, tv: float, bn_weight: float,
                  image_norm: float, group: float, bn: str, first_bn_weight: float,
