@@ -67,3 +67,21 @@ def test_a_results_folder_this_user_cannot_write_is_named_with_its_owner_and_mod
     monkeypatch.undo()
     writable = os.access(results, os.W_OK | os.X_OK)  # root's: yes, whatever the mode
     assert (paths.results_problem(results) is None) == writable
+
+
+@pytest.mark.parametrize("inside", ["fl", "fl/digits-lenet-iid-k10/none-0/seed0", "logs/attack"])
+def test_a_folder_inside_results_this_user_cannot_write_is_named(tmp_path, monkeypatch,
+                                                                  inside):
+    """A job writes deep inside results/: a read-only folder there stops the run before any
+    job, named with its owner and mode, as results itself would be."""
+    results = tmp_path / "results"
+    (results / inside).mkdir(parents=True)
+    (results / "fl" / "other").mkdir(parents=True, exist_ok=True)
+    real = os.access
+    monkeypatch.setattr(os, "access",
+                        lambda path, mode: str(path) != str(results / inside) and real(path, mode))
+    problem = paths.results_problem(results)
+    assert problem is not None and problem.startswith(f"cannot write in {results / inside} ")
+    assert "(owner " in problem and "chmod u+w" in problem
+    monkeypatch.undo()
+    assert paths.results_problem(results) is None  # writable: nothing to say

@@ -25,22 +25,13 @@ def _kind(path: Path) -> str:
 
 def results_problem(results: Path) -> str | None:
     """What keeps a run from writing into ``results`` (a file or broken link where a folder
-    belongs, a folder this user cannot write, a folder where the resolved configuration
-    file belongs), as one line naming the path and what to do; None when it is usable."""
+    belongs, a folder where the resolved configuration file belongs, a folder at any depth
+    this user cannot write), as one line naming the path and what to do; None when it is
+    usable."""
     results = Path(results)
-    if results.is_symlink() or results.exists():
-        if not results.is_dir():
-            return (f"{results} is {_kind(results)}, not a folder: the run writes every result "
-                    f"there; move it away (or delete it) and run again")
-        if not os.access(results, os.W_OK | os.X_OK):
-            info = results.stat()
-            try:
-                owner = pwd.getpwuid(info.st_uid).pw_name
-            except KeyError:
-                owner = f"uid {info.st_uid}"
-            return (f"cannot write in {results.resolve()} (owner {owner}, mode "
-                    f"{stat.filemode(info.st_mode)}): make it writable for you (chmod u+w, or "
-                    f"ask its owner), or run in a copy of the project")
+    if (results.is_symlink() or results.exists()) and not results.is_dir():
+        return (f"{results} is {_kind(results)}, not a folder: the run writes every result "
+                f"there; move it away (or delete it) and run again")
     for name in FOLDERS:
         folder = results / name
         if (folder.is_symlink() or folder.exists()) and not folder.is_dir():
@@ -49,6 +40,16 @@ def results_problem(results: Path) -> str | None:
     if (results / RESOLVED_CONFIG).is_dir():
         return (f"{results / RESOLVED_CONFIG} is a folder, not the resolved configuration "
                 f"file the run writes there; move it away (or delete it) and run again")
+    for folder, _, _ in os.walk(results):  # results itself first, then every folder a job
+        if not os.access(folder, os.W_OK | os.X_OK):  # may write in
+            info = os.stat(folder)
+            try:
+                owner = pwd.getpwuid(info.st_uid).pw_name
+            except KeyError:
+                owner = f"uid {info.st_uid}"
+            return (f"cannot write in {Path(folder).resolve()} (owner {owner}, mode "
+                    f"{stat.filemode(info.st_mode)}): make it writable for you (chmod u+w, or "
+                    f"ask its owner), or run in a copy of the project")
     return None
 
 
