@@ -1,4 +1,5 @@
-"""BatchNorm input statistics for GradInversion's R_BN (Yin et al., CVPR 2021, §3.3).
+"""BatchNorm input statistics and GradInversion's R_BN between them (Yin et al., CVPR
+2021, §3.3; GIAS §4 uses the same term).
 
 For every BatchNorm layer, in ``model.modules()`` order, the per-channel mean
 and biased variance of the layer's input over the batch (and spatial positions),
@@ -41,6 +42,22 @@ def checked(stats: Statistics | None, model: nn.Module, source: str) -> Statisti
                          f"layer, of shapes {[s for s, _ in shapes]}; got {len(stats)}: {got}")
     device = next(model.parameters()).device
     return [(mean.detach().to(device), var.detach().to(device)) for mean, var in stats]
+
+
+def bn_loss(trial: Statistics, target: Statistics, first_weight: float) -> torch.Tensor:
+    """sum_l w_l (||mu_l - mu'_l||_2 + ||var_l - var'_l||_2), w_1 = ``first_weight``, else 1;
+    per problem for statistics stacked on leading dimensions ((P, C): a (P,) loss)."""
+    terms = [torch.linalg.vector_norm(m - tm, dim=-1) + torch.linalg.vector_norm(v - tv, dim=-1)
+             for (m, v), (tm, tv) in zip(trial, target)]
+    return first_weight * terms[0] + sum(terms[1:])
+
+
+def stacked_statistics(targets: list[Statistics], restarts: int) -> Statistics:
+    """The victims' per-layer (mean, var) as (V * restarts, C), victim-major: the targets
+    of their stacked problems."""
+    return [tuple(torch.stack([stats[layer][i] for stats in targets])
+                  .repeat_interleave(restarts, dim=0) for i in range(2))
+            for layer in range(len(targets[0]))]
 
 
 def _moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

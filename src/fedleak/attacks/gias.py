@@ -2,7 +2,7 @@
 
 The cost c (Eqs. 2-3, labels given) is the negative cosine between the trial and the
 observed gradient over all layers (Inverting Gradients) plus lambda_TV TV(x). "+BN" adds
-lambda_BN R_BN (§4, after Yin et al.; ``gradinversion.bn_loss``) against the client's exact
+lambda_BN R_BN (§4, after Yin et al.; ``bn_statistics.bn_loss``) against the client's exact
 batch statistics (``Observation.bn_statistics``, BN_exact), the first layer weighted x10
 as in the official code. Variants (Table 1, §5.1):
 
@@ -42,9 +42,8 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from fedleak.attacks.base import Reconstruction, register, stopper_from
-from fedleak.attacks.bn_statistics import checked
+from fedleak.attacks.bn_statistics import bn_loss, checked, stacked_statistics
 from fedleak.attacks.engine import Attack, Prior, Solution, Stage, Victims, image_start
-from fedleak.attacks.gradinversion import bn_loss, stacked_statistics
 from fedleak.attacks.objectives import RESIDUAL_DISTANCES
 from fedleak.attacks.prior import frozen_copy, latent_dim, rendered, to_model_input
 from fedleak.types import Need, Observation

@@ -42,27 +42,11 @@ from __future__ import annotations
 import torch
 
 from fedleak.attacks.base import Reconstruction, register, stopper_from
-from fedleak.attacks.bn_statistics import Statistics, checked
+from fedleak.attacks.bn_statistics import Statistics, bn_loss, checked, stacked_statistics
 from fedleak.attacks.engine import Attack, Prior, Stage, Victims, image_start
 from fedleak.types import Need, Observation
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
-
-
-def bn_loss(trial: Statistics, target: Statistics, first_weight: float) -> torch.Tensor:
-    """sum_l w_l (||mu_l - mu'_l||_2 + ||var_l - var'_l||_2), w_1 = ``first_weight``, else 1;
-    per problem for statistics stacked on leading dimensions ((P, C): a (P,) loss)."""
-    terms = [torch.linalg.vector_norm(m - tm, dim=-1) + torch.linalg.vector_norm(v - tv, dim=-1)
-             for (m, v), (tm, tv) in zip(trial, target)]
-    return first_weight * terms[0] + sum(terms[1:])
-
-
-def stacked_statistics(targets: list[Statistics], restarts: int) -> Statistics:
-    """The victims' per-layer (mean, var) as (V * restarts, C), victim-major: the targets
-    of their stacked problems."""
-    return [tuple(torch.stack([stats[layer][i] for stats in targets])
-                  .repeat_interleave(restarts, dim=0) for i in range(2))
-            for layer in range(len(targets[0]))]
 
 
 @register("gradinversion")
