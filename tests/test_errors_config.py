@@ -43,6 +43,15 @@ BAD = [
      ["'attribute.defenses[1]'", "'dp_gausian'", "configured defense label"]),
     ("more_clients_than_images", "cases: [{dataset: digits, model: lenet, "
      "partition: {clients: 5000}}]\n", ["'cases[0].partition.clients'", "5000", "at most"]),
+    # case fields outside its folder name would share one results folder
+    ("cases_differing_in_init_only", "cases: [{dataset: digits, model: lenet}, {dataset: "
+     "digits, model: lenet, uniform_init: false}]\n",
+     ["'cases[1]'", "the same case as 'cases[0]'", "results folder", "uniform_init"]),
+    ("iid_cases_differing_in_alpha_only", "cases: [{dataset: digits, model: lenet, partition: "
+     "{alpha: 0.1}}, {dataset: digits, model: lenet, partition: {alpha: 0.9}}]\n",
+     ["'cases[1]'", "the same case as 'cases[0]'", "iid"]),
+    ("case_name_key", "cases: [{dataset: digits, model: lenet, name: ../x}]\n",
+     ["unknown key 'cases[0].name'", "'dataset'"]),
 ]
 
 

@@ -414,8 +414,10 @@ def _validate_combinations(config: dict) -> None:
         if key in seen:
             raise ConfigError(f"invalid config: 'cases[{i}]': the same case as "
                               f"'cases[{seen[key]}]' ({case['dataset']}, {case['model']}, "
-                              f"{part['kind']}, {part['clients']} clients); expected distinct "
-                              f"cases")
+                              f"{part['kind']}, {part['clients']} clients), whose results "
+                              f"folder it would share; expected distinct cases (run cases that "
+                              f"differ only in uniform_init or layout in separate results "
+                              f"folders)")
         seen[key] = i
         capacity = split_capacity(config, case["dataset"])
         if capacity is not None and part["clients"] > capacity:
