@@ -405,8 +405,8 @@ def _lockstep(stage: Stage, objective: Callable[[Variables], torch.Tensor], star
             *evaluate()))]
     else:
         runs = in_lockstep(runs, evaluate)
-    trace = torch.full((max(r.iterations for r in runs), len(runs)), float("nan"),
-                       dtype=torch.float64)
+    trace = torch.full((max(1, *(r.iterations for r in runs)), len(runs)), float("nan"),
+                       dtype=torch.float64)  # a row even where all diverged at once
     for p, r in enumerate(runs):
         trace[:r.iterations, p] = torch.tensor(r.loss_trace, dtype=torch.float64)
     reasons = [r.stop_reason for r in runs]
