@@ -19,7 +19,6 @@ from fedleak.attacks.lockstep import in_lockstep
 from fedleak.attacks.objectives import (
     DISTANCES,
     RESIDUAL_DISTANCES,
-    STACKED_DISTANCES,
     GradientProducts,
 )
 from fedleak.attacks.optimization import optimize
@@ -160,7 +159,17 @@ def test_reconstruct_all_vectorises_batchnorm_models_like_the_loop(digits, width
     assert max_diff(chosen, loop) <= 1e-5
 
 
-@pytest.mark.parametrize("distance", sorted(STACKED_DISTANCES))
+# the papers' distances over one problem's list of per-layer gradients
+PER_PROBLEM = {
+    "l2": lambda trial, target: sum(((a - b) ** 2).sum() for a, b in zip(trial, target)),
+    "ggl": lambda trial, target: sum(((a - b) ** 2).sum() for a, b in zip(trial, target))
+    / len(target),
+    "cosine": lambda trial, target: 1 - sum((a * b).sum() for a, b in zip(trial, target)) / (
+        sum((a * a).sum() for a in trial).sqrt() * sum((b * b).sum() for b in target).sqrt()),
+}
+
+
+@pytest.mark.parametrize("distance", sorted(DISTANCES))
 @pytest.mark.parametrize("network", ["lenet", "resnet10"])
 def test_stacked_distances_and_image_gradients_match_autograd_per_problem(
         network, distance, float64):
@@ -179,12 +188,13 @@ def test_stacked_distances_and_image_gradients_match_autograd_per_problem(
     for p in range(4):
         x = images[p].clone().requires_grad_(True)
         trial = Update.of(model, x, labels[p], create_graph=True)
-        value = DISTANCES[distance]([trial[n] for n in names], [victims[p // 2][n] for n in names])
+        value = PER_PROBLEM[distance]([trial[n] for n in names],
+                                      [victims[p // 2][n] for n in names])
         expected_values.append(value.detach())
         expected_gradients.append(torch.autograd.grad(value, x)[0])
     stacked = StackedModel(model)
     x = images.clone().requires_grad_(True)
-    values = STACKED_DISTANCES[distance](
+    values = DISTANCES[distance](
         stacked.products(x, labels, targets, distance in RESIDUAL_DISTANCES))
     (gradients,) = torch.autograd.grad(values.sum(), x)
     assert torch.allclose(values, torch.stack(expected_values), rtol=1e-10, atol=1e-12)
@@ -208,11 +218,11 @@ def test_formed_gradients_and_their_products_match_autograd_per_problem(network,
         assert all(torch.allclose(formed[n][p], g, rtol=1e-10, atol=1e-13)
                    for n, g in expected.items())
     targets = {n: torch.randn(2, *g.shape[1:], generator=gen) for n, g in formed.items()}
-    for distance, measure in STACKED_DISTANCES.items():
-        direct = measure(stacked.products(images, labels, targets,
-                                          distance in RESIDUAL_DISTANCES))
-        assert torch.allclose(measure(GradientProducts.formed(formed, targets)), direct,
-                              rtol=1e-10, atol=1e-12)
+    for distance, measure in DISTANCES.items():
+        residual = distance in RESIDUAL_DISTANCES
+        direct = measure(stacked.products(images, labels, targets, residual))
+        assert torch.allclose(measure(GradientProducts.formed(formed, targets, residual)),
+                              direct, rtol=1e-10, atol=1e-12)
 
 
 def test_stacked_model_shares_parameters_and_leaves_running_statistics_alone():
@@ -314,7 +324,7 @@ def test_an_evaluation_error_in_lockstep_reaches_the_caller():
     def evaluate():
         raise FloatingPointError("evaluation failed")
 
-    runs = [lambda objective: optimize([torch.zeros(2, requires_grad=True)], objective,
+    runs = [lambda objective: optimize([torch.zeros(1, 2, requires_grad=True)], objective,
                                        optimizer="lbfgs", lr=1.0, iterations=3)] * 3
     before = threading.active_count()
     with pytest.raises((FloatingPointError, RuntimeError), match="evaluation failed|failed"):

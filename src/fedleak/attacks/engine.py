@@ -19,7 +19,6 @@ seeded ``attack.seed + v``, as the attack built with that seed does on it alone.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,22 +35,21 @@ from fedleak.attacks.early_stopping import Stopper, copies
 from fedleak.attacks.label_inference import infer_labels
 from fedleak.attacks.lockstep import in_lockstep
 from fedleak.attacks.objectives import (
+    DISTANCES,
     RESIDUAL_DISTANCES,
-    STACKED_DISTANCES,
     Candidate,
     GradientProducts,
     check_distance,
-    compose,
     penalty,
 )
-from fedleak.attacks.optimization import optimize
+from fedleak.attacks.optimization import Objective, Trajectory, last_recorded, optimize
 from fedleak.attacks.stacked_gradients import StackedModel, forming_pays, unsupported
 from fedleak.types import Observation, Update
 
 ENGINES = ("auto", "stacked", "loop")
 Variables = list[torch.Tensor]
-# A gradient transformation T: (trial gradients, name -> (N, *shape) or (*shape), images) ->
-# the transformed gradients (GGL's adaptive T, estimated from the received gradient).
+# A gradient transformation T: (one problem's trial gradient, name -> (*shape), its images)
+# -> the transformed gradient (GGL's adaptive T, estimated from the received gradient).
 Transform = Callable[[Mapping[str, torch.Tensor], torch.Tensor], Mapping[str, torch.Tensor]]
 # restart r -> the transformation of that restart's trial gradients (EOT's defense samples)
 RestartTransforms = Callable[[int], Transform]
@@ -121,9 +119,7 @@ class Solution:
 
     def final_loss(self) -> torch.Tensor:
         """(V, R) the last recorded loss of each problem; inf where none was recorded."""
-        last = (self.iterations - 1).clamp(min=0).unsqueeze(0)
-        final = self.loss_trace.gather(0, last).squeeze(0)
-        return torch.where(self.iterations > 0, final, torch.full_like(final, float("inf")))
+        return last_recorded(self.loss_trace, self.iterations)
 
     def best_restart(self) -> torch.Tensor:
         """(V,) each victim's restart of lowest final loss (the first on ties)."""
@@ -144,37 +140,31 @@ class Solution:
             return self.stage.images([v.flatten(0, 1) for v in self.variables]).unflatten(0, grid)
 
 
-def per_problem(transforms: Sequence[Transform]) -> Transform:
-    """One transform of P problems: ``transforms[p]`` applied to problem p's own trial
-    gradient and images (EOT's defense samples, which draw per problem)."""
-    def apply(trial: Mapping[str, torch.Tensor], images: torch.Tensor) -> dict[str, torch.Tensor]:
-        parts = [t(Update({k: g[p] for k, g in trial.items()}), images[p])
-                 for p, t in enumerate(transforms)]
-        return {k: torch.stack([part[k] for part in parts]) for k in trial}
-
-    return apply
-
-
 def stacked_loss(model: nn.Module, labels: torch.Tensor | None,
                  targets: dict[str, torch.Tensor], *, distance: str,
                  regularizers: Mapping[str, float] | None = None,
-                 transform: Transform | None = None, prior: Prior | None = None) -> Loss:
+                 transforms: Sequence[Transform] | None = None, prior: Prior | None = None
+                 ) -> Loss:
     """``loss(images, latent=None, labels=labels)`` -> (P,): the stage loss of P = V x R
     problems (victim-major; ``targets``: name -> (V, *shape)) whose images (P, B, ...) run
-    as one batch through ``model`` (:class:`StackedModel`; a ``transform`` forms the trial
-    gradients), differentiable in the images where grad mode is on."""
+    as one batch through ``model`` (:class:`StackedModel`; ``transforms[p]``, the
+    transformation of problem p, forms the trial gradients), differentiable in the images
+    where grad mode is on."""
     regularize, stacked = penalty(regularizers), StackedModel(model)
-    measure, residual = STACKED_DISTANCES[distance], distance in RESIDUAL_DISTANCES
+    measure, residual = DISTANCES[distance], distance in RESIDUAL_DISTANCES
     image_terms = vmap(lambda x: regularize(Candidate(x)))
     latent_terms = vmap(lambda x, z: regularize(Candidate(x, z)))
 
     def loss(images: torch.Tensor, latent: torch.Tensor | None = None,
              labels: torch.Tensor | None = labels) -> torch.Tensor:
-        if transform is None:
+        if transforms is None:
             products = stacked.products(images, labels, targets, residual)
         else:
             trial = stacked.gradients(images, labels, create_graph=torch.is_grad_enabled())
-            products = GradientProducts.formed(transform(trial, images), targets)
+            parts = [t(Update({k: g[p] for k, g in trial.items()}), images[p])
+                     for p, t in enumerate(transforms)]
+            products = GradientProducts.formed(
+                {k: torch.stack([part[k] for part in parts]) for k in trial}, targets, residual)
         value = measure(products)
         if prior is not None:
             value = value + prior(images, stacked.batchnorm_statistics)
@@ -186,19 +176,19 @@ def stacked_loss(model: nn.Module, labels: torch.Tensor | None,
     return loss
 
 
-def looped_loss(model: nn.Module, labels: torch.Tensor | None, targets: list[list[torch.Tensor]],
-                *, distance: str, regularizers: Mapping[str, float] | None = None,
+def looped_loss(model: nn.Module, labels: torch.Tensor | None,
+                targets: dict[str, torch.Tensor], *, distance: str,
+                regularizers: Mapping[str, float] | None = None,
                 transforms: Sequence[Transform] | None = None, prior: Prior | None = None
                 ) -> Loss:
     """:func:`stacked_loss` one problem at a time, each trial gradient by autograd on
-    ``model`` itself: ``targets[v]`` the gradient list of victim v (model parameter order),
-    ``transforms[p]`` the transformation of problem p when given."""
-    objective, names = compose(distance, regularizers), [n for n, _ in model.named_parameters()]
-    norms = batchnorm_layers(model)
+    ``model`` itself (``transforms[p]`` the transformation of problem p when given)."""
+    measure, regularize = DISTANCES[distance], penalty(regularizers)
+    residual, norms = distance in RESIDUAL_DISTANCES, batchnorm_layers(model)
 
     def loss(images: torch.Tensor, latent: torch.Tensor | None = None,
              labels: torch.Tensor | None = labels) -> torch.Tensor:
-        restarts = len(images) // len(targets)
+        restarts = len(images) // len(next(iter(targets.values())))
         graph, values, moments = torch.is_grad_enabled(), [], []
         with BNRecorder(model) as recorder:
             for p, x in enumerate(images):
@@ -206,8 +196,12 @@ def looped_loss(model: nn.Module, labels: torch.Tensor | None, targets: list[lis
                     trial = Update.of(model, x, labels[p], create_graph=graph)
                 if transforms is not None:
                     trial = transforms[p](trial, x)
-                values.append(objective([trial[n] for n in names], targets[p // restarts],
-                                        Candidate(x, None if latent is None else latent[p])))
+                own = slice(p // restarts, p // restarts + 1)
+                products = GradientProducts.formed({n: g.unsqueeze(0) for n, g in trial.items()},
+                                                   {n: t[own] for n, t in targets.items()},
+                                                   residual)
+                values.append(measure(products)[0] + regularize(
+                    Candidate(x, None if latent is None else latent[p])))
                 if norms:
                     moments.append(recorder.statistics())
         value = torch.stack(values)
@@ -238,13 +232,12 @@ class Victims:
         return Victims(self.observations, restarts=self.restarts, seed=self.seed,
                        stacked=self.stacked, transforms=transforms, snapshots=self.snapshots)
 
-    def draw(self, draw: Callable[[Observation, torch.Generator], Variables],
-             restarts: int | None = None) -> Variables:
+    def draw(self, draw: Callable[[Observation, torch.Generator], Variables]) -> Variables:
         """Each variable's starts (V, R, ...): victim v draws its restarts in turn."""
         drawn = []
         for v, obs in enumerate(self.observations):
             rng = torch.Generator().manual_seed(self.seed + v)
-            drawn.append([draw(obs, rng) for _ in range(restarts or self.restarts)])
+            drawn.append([draw(obs, rng) for _ in range(self.restarts)])
         return [torch.stack([torch.stack([start[i] for start in starts]) for starts in drawn])
                 for i in range(len(drawn[0][0]))]
 
@@ -259,7 +252,8 @@ class Victims:
         restarts, chosen = restarts or self.restarts, self.observations
         labels = self.labels(stage).repeat_interleave(restarts, 0)
         targets = [stage.target(obs) if stage.target else obs.gradient for obs in chosen]
-        names = [n for n, _ in self.model.named_parameters()]
+        targets = {n: torch.stack([t[n].detach().to(self.device) for t in targets])
+                   for n, _ in self.model.named_parameters()}
         transforms = None if self.transforms is None else self._sample(restarts)
         if transforms is None and stage.transform is not None:
             transforms = [t for t in map(stage.transform, chosen) for _ in range(restarts)]
@@ -267,13 +261,8 @@ class Victims:
                     "regularizers": stage.regularizers if regularized else None,
                     "prior": stage.prior(chosen, restarts) if regularized and stage.prior
                     else None}
-        if self.stacked:
-            return stacked_loss(self.model, labels, {n: torch.stack(
-                [t[n].detach().to(self.device) for t in targets]) for n in names},
-                transform=None if transforms is None else per_problem(transforms), **settings)
-        return looped_loss(self.model, labels, [[t[n].detach().to(self.device) for n in names]
-                                                for t in targets],
-                           transforms=transforms, **settings)
+        return (stacked_loss if self.stacked else looped_loss)(
+            self.model, labels, targets, transforms=transforms, **settings)
 
     def _sample(self, restarts: int) -> list[Transform]:
         """EOT's transformations of the chunk's problems, made once per chunk."""
@@ -348,15 +337,10 @@ class Victims:
 def _together(stage: Stage, objective: Callable[[Variables], torch.Tensor], starts: Variables,
               snapshots: Collection[int]) -> Solution:
     """Adam on the P = V x R problems at once (each stopper, divergence, on its own)."""
-    grid, optimised = starts[0].shape[:2], len(starts) - stage.fixed
+    optimised = len(starts) - stage.fixed
     x = [s.detach().flatten(0, 1).clone().requires_grad_(True) for s in starts[:optimised]]
     constants = [s.detach().flatten(0, 1) for s in starts[optimised:]]
     origin = x[0].detach().clone()
-
-    def evaluate() -> tuple[torch.Tensor, list[torch.Tensor]]:
-        variables = [v.detach().requires_grad_(True) for v in x]
-        loss = objective(variables + constants)
-        return loss.detach(), list(torch.autograd.grad(loss.sum(), variables))
 
     def projection(variables: Variables) -> None:
         if stage.boxed:
@@ -364,58 +348,58 @@ def _together(stage: Stage, objective: Callable[[Variables], torch.Tensor], star
         if stage.project is not None:
             variables[0].copy_(stage.project(variables[0], origin))
 
-    run = optimize(x, evaluate, optimizer="adam", lr=stage.lr, iterations=stage.iterations,
+    grid = starts[0].shape[:2]
+    run = optimize(x, lambda: objective(x + constants), optimizer="adam", lr=stage.lr, iterations=stage.iterations,
                    signed=stage.signed, milestones=stage.milestones, lr_factor=stage.lr_factor,
                    project=projection, snapshot_at=snapshots,
                    render=lambda variables: stage.images(variables + constants),
-                   stopper=copies(stage.stopper, grid[0] if stage.joint else grid.numel()))
-    reasons = run.stop_reasons or ["diverged" if d else "max_iterations"
-                                   for d in run.diverged.tolist()]
-    return Solution(stage, [v.detach().unflatten(0, grid) for v in x + constants],
-                    run.loss_trace.unflatten(1, grid).cpu(),
-                    run.iterations.unflatten(0, grid).cpu(),
-                    [reasons[v * grid[1]:(v + 1) * grid[1]] for v in range(grid[0])],
-                    {t: s.unflatten(0, grid) for t, s in run.snapshots.items()})
+                   stoppers=copies(stage.stopper, grid[0] if stage.joint else grid.numel()))
+    return _solution(stage, grid, run, constants)
 
 
 def _lockstep(stage: Stage, objective: Callable[[Variables], torch.Tensor], starts: Variables,
               snapshots: Collection[int]) -> Solution:
     """L-BFGS: every problem its own optimiser and stopper, their objectives evaluated
     together once all wait (:func:`~fedleak.attacks.lockstep.in_lockstep`)."""
-    grid, optimised = starts[0].shape[:2], len(starts) - stage.fixed
-    problems = [[s[v, r].detach().clone().requires_grad_(True) for s in starts[:optimised]]
-                for v in range(grid[0]) for r in range(grid[1])]
-    constants = [s.detach().flatten(0, 1) for s in starts[optimised:]]
+    optimised = len(starts) - stage.fixed
+    flat = [s.detach().flatten(0, 1) for s in starts]
+    problems = [[s[p:p + 1].clone().requires_grad_(True) for s in flat[:optimised]]
+                for p in range(len(flat[0]))]
 
     def evaluate() -> tuple[torch.Tensor, list[torch.Tensor]]:
-        stacked = [torch.stack([p[i].detach() for p in problems]).requires_grad_(True)
+        stacked = [torch.cat([p[i].detach() for p in problems]).requires_grad_(True)
                    for i in range(optimised)]
-        value = objective(stacked + constants)
+        value = objective(stacked + flat[optimised:])
         return value.detach(), list(torch.autograd.grad(value.sum(), stacked))
 
-    def run(variables: Variables, fixed: Variables, shared) -> object:
-        return optimize(variables, shared, optimizer="lbfgs", lr=stage.lr,
-                        iterations=stage.iterations, stopper=copy.deepcopy(stage.stopper),
-                        snapshot_at=snapshots, render=lambda vs: stage.images(
-                            [v.unsqueeze(0) for v in vs + fixed])[0])
+    def run(p: int, shared: Objective) -> Trajectory:
+        fixed = [c[p:p + 1] for c in flat[optimised:]]
+        return optimize(problems[p], shared, optimizer="lbfgs", lr=stage.lr,
+                        iterations=stage.iterations, stoppers=copies(stage.stopper, 1),
+                        snapshot_at=snapshots, render=lambda vs: stage.images(vs + fixed))
 
-    runs = [partial(run, p, [c[i] for c in constants]) for i, p in enumerate(problems)]
-    if len(runs) == 1:  # in this thread: torch runs slower in another beside an idle one
-        runs = [runs[0](lambda: (lambda loss, grads: (loss[0], [g[0] for g in grads]))(
-            *evaluate()))]
-    else:
-        runs = in_lockstep(runs, evaluate)
-    trace = torch.full((max(1, *(r.iterations for r in runs)), len(runs)), float("nan"),
-                       dtype=torch.float64)  # a row even where all diverged at once
+    # one problem in this thread: torch runs slower in another beside an idle one
+    runs = ([run(0, evaluate)] if len(problems) == 1
+            else in_lockstep([partial(run, p) for p in range(len(problems))], evaluate))
+    trace = torch.full((max(len(r.loss_trace) for r in runs), len(runs)), float("nan"),
+                       dtype=runs[0].loss_trace.dtype)
     for p, r in enumerate(runs):
-        trace[:r.iterations, p] = torch.tensor(r.loss_trace, dtype=torch.float64)
-    reasons = [r.stop_reason for r in runs]
-    return Solution(stage, [torch.stack([r.variables[i].detach() for r in runs]).unflatten(0, grid)
-                            for i in range(optimised)] + [c.unflatten(0, grid) for c in constants],
-                    trace.unflatten(1, grid), torch.tensor([r.iterations for r in runs]).view(grid),
+        trace[:len(r.loss_trace), p] = r.loss_trace[:, 0]
+    together = Trajectory([torch.cat([r.variables[i] for r in runs]) for i in range(optimised)],
+                          trace, torch.cat([r.iterations for r in runs]),
+                          [r.stop_reasons[0] for r in runs],
+                          {t: torch.cat([r.snapshots[t] for r in runs]) for t in snapshots})
+    return _solution(stage, starts[0].shape[:2], together, flat[optimised:])
+
+
+def _solution(stage: Stage, grid: torch.Size, run: Trajectory, constants: Variables) -> Solution:
+    """The Solution of V x R = ``grid`` problems from their trajectory (problems victim-major)."""
+    reasons = run.stop_reasons
+    return Solution(stage, [v.detach().unflatten(0, grid) for v in run.variables + constants],
+                    run.loss_trace.unflatten(1, grid).cpu(),
+                    run.iterations.unflatten(0, grid).cpu(),
                     [reasons[v * grid[1]:(v + 1) * grid[1]] for v in range(grid[0])],
-                    {t: torch.stack([r.snapshots[t] for r in runs]).unflatten(0, grid)
-                     for t in snapshots})
+                    {t: s.unflatten(0, grid) for t, s in run.snapshots.items()})
 
 
 def image_start(obs: Observation, rng: torch.Generator) -> Variables:

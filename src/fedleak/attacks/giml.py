@@ -44,7 +44,7 @@ from fedleak.attacks.bn_statistics import preserved_buffers
 from fedleak.attacks.engine import Stage, Victims
 from fedleak.attacks.gias import GIAS, MILESTONES
 from fedleak.attacks.optimization import optimize
-from fedleak.attacks.prior import frozen_copy, rendered, to_model_input
+from fedleak.attacks.prior import frozen_copy, latent_dim, rendered, to_model_input
 from fedleak.types import Need, Observation
 
 Callback = Callable[[int, nn.Module, dict], None]
@@ -78,13 +78,14 @@ def adapt(meta: nn.Module, tasks: Sequence[Observation], *, latent_iterations: i
                                      regularizers={"tv": tv})))
     adapted = copy.deepcopy(frozen).eval().requires_grad_(True)
 
-    def integrated_cost() -> torch.Tensor:
-        return sum(cost(to_model_input(adapted(z), obs.input_shape).unsqueeze(0))[0]
+    def integrated_cost() -> torch.Tensor:  # (1,): one problem
+        return sum(cost(to_model_input(adapted(z), obs.input_shape).unsqueeze(0))
                    for obs, cost, z in zip(tasks, costs, latents))
 
     trajectory = optimize(list(adapted.parameters()), integrated_cost, optimizer="adam",
                           lr=lr_w, iterations=parameter_iterations, milestones=MILESTONES)
-    return adapted, {"latent_loss": latent_losses, "parameter_loss": trajectory.final_loss}
+    return adapted, {"latent_loss": latent_losses,
+                     "parameter_loss": float(trajectory.final_loss()[0])}
 
 
 def _outer_step(meta: nn.Module, meta_opt: torch.optim.Optimizer,
@@ -123,8 +124,7 @@ def meta_learn_generator(observations: Sequence[Observation], generator: nn.Modu
     if meta_optimizer not in META_OPTIMIZERS:
         raise ValueError(f"meta_optimizer must be one of {sorted(META_OPTIMIZERS)}, "
                          f"got {meta_optimizer!r}")
-    if not hasattr(generator, "latent_dim"):
-        raise ValueError("the generator needs a latent_dim attribute (e.g. a DCGAN Generator)")
+    latent_dim(generator)
     rng = torch.Generator().manual_seed(seed)
     meta = copy.deepcopy(generator).to(observations[0].device).eval().requires_grad_(True)
     meta_opt = META_OPTIMIZERS[meta_optimizer](meta.parameters(), lr=meta_lr)

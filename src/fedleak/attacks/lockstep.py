@@ -37,8 +37,9 @@ class _Lockstep:
                 self.condition.wait_for(lambda: self.round != round_ or self.error is not None)
                 if self.round == round_:
                     raise RuntimeError("another problem's evaluation failed") from self.error
+                mine = slice(problem, problem + 1)
                 loss, gradients = self.results
-                return loss[problem], [g[problem] for g in gradients]
+                return loss[mine], [g[mine] for g in gradients]
 
         return shared
 
@@ -71,7 +72,7 @@ def in_lockstep(runs: list[Callable[[Objective], Trajectory]],
     """``runs[p](objective)`` for every problem p in a thread of its own; ``evaluate()``
     (every problem's loss (P,) and per variable the (P, ...) gradients) runs in the
     caller's thread once every problem still running waits, and problem p's objective
-    returns ``(loss[p], [g[p] for g in gradients])``."""
+    returns its (1,) and (1, ...) rows ``loss[p:p + 1]``, ``g[p:p + 1]``."""
     lockstep = _Lockstep(len(runs))
     results: list[Trajectory | None] = [None] * len(runs)
     errors: list[BaseException] = []

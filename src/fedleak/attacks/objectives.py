@@ -2,7 +2,10 @@
 each chosen by name from a registry with one call signature (the protocol of breaching's
 ``objectives.py`` and ``regularizers.py``).
 
-Distances ``(trial, target) -> loss`` over lists of per-layer gradients:
+Distances of P problems' trial gradients g' from their targets g, each ``(products) ->
+(P,)`` of the problems' :class:`GradientProducts` (``stacked_gradients`` computes them
+without forming every trial gradient where it can; ``GradientProducts.formed`` from formed
+gradients):
     l2      squared L2 summed over layers (DLG, Zhu et al. 2019, Eq. 4)
     cosine  1 - <g, g'> / (||g|| ||g'||) over all layers at once (Inverting Gradients,
             Geiping et al. 2020, Eq. 4)
@@ -15,40 +18,15 @@ Regularisers ``(candidate) -> penalty`` of a :class:`Candidate`:
     latent_norm  the sum of the latent rows' L2 norms (GIML, Jeon et al. 2021, Alg. 2 line 6)
 The priors of one paper (GradInversion's per-pixel image norm, BatchNorm statistics and
 group consistency; GIAS's BatchNorm term) stay with the attack that introduced them,
-which adds them to the composed loss.
-
-``STACKED_DISTANCES`` give the same distances for P problems at once from their
-:class:`GradientProducts` (``stacked_gradients`` computes them without forming every
-trial gradient).
+which adds them to the loss.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
-
-Gradients = Sequence[torch.Tensor]
-
-
-def l2_distance(trial: Gradients, target: Gradients) -> torch.Tensor:
-    return sum(((a - b) ** 2).sum() for a, b in zip(trial, target))
-
-
-def cosine_distance(trial: Gradients, target: Gradients) -> torch.Tensor:
-    dot = sum((a * b).sum() for a, b in zip(trial, target))
-    trial_norm = sum((a * a).sum() for a in trial).sqrt()
-    target_norm = sum((b * b).sum() for b in target).sqrt()
-    return 1 - dot / (trial_norm * target_norm + 1e-12)
-
-
-def ggl_distance(trial: Gradients, target: Gradients) -> torch.Tensor:
-    return sum(((a - b) ** 2).sum() for a, b in zip(trial, target)) / len(target)
-
-
-DISTANCES: dict[str, Callable[[Gradients, Gradients], torch.Tensor]] = {
-    "l2": l2_distance, "cosine": cosine_distance, "ggl": ggl_distance}
 
 
 @dataclass
@@ -65,31 +43,38 @@ class GradientProducts:
     layers: int
 
     @classmethod
-    def formed(cls, trial: Mapping[str, torch.Tensor], targets: Mapping[str, torch.Tensor]
-               ) -> GradientProducts:
+    def formed(cls, trial: Mapping[str, torch.Tensor], targets: Mapping[str, torch.Tensor],
+               residual: bool) -> GradientProducts:
         """The products of formed trial gradients, name -> (P, *shape) for P = V x R
-        problems (victim-major), with their targets, name -> (V, *shape)."""
-        dot = trial_sq = target_sq = residual_sq = 0
+        problems (victim-major), with their targets, name -> (V, *shape); ``residual``: the
+        summed squared differences, else the inner products and trial norms."""
+        victims, problems = len(next(iter(targets.values()))), len(next(iter(trial.values())))
+        dot = trial_sq = target_sq = residual_sq = torch.zeros(
+            victims, problems // victims, dtype=next(iter(trial.values())).dtype,
+            device=next(iter(trial.values())).device)
         for name, target in targets.items():
             expected = target.flatten(1).unsqueeze(2)  # (V, n, 1)
-            t = trial[name].unflatten(0, (len(target), -1)).flatten(2)  # (V, R, n)
-            dot = dot + (t @ expected).squeeze(2)
-            trial_sq = trial_sq + torch.linalg.vector_norm(t, dim=2) ** 2
-            target_sq = target_sq + torch.linalg.vector_norm(expected, dim=(1, 2)) ** 2
-            residual_sq = residual_sq + torch.linalg.vector_norm(t - expected.transpose(1, 2),
-                                                                 dim=2) ** 2
-        return cls(dot.flatten(), trial_sq.flatten(), target_sq.unsqueeze(1).expand_as(dot)
-                   .flatten(), residual_sq.flatten(), len(targets))
+            t = trial[name].unflatten(0, (victims, -1)).flatten(2)  # (V, R, n)
+            target_sq = target_sq + (torch.linalg.vector_norm(expected, dim=(1, 2)) ** 2
+                                     ).unsqueeze(1)
+            if residual:
+                residual_sq = residual_sq + torch.linalg.vector_norm(
+                    t - expected.transpose(1, 2), dim=2) ** 2
+            else:
+                dot = dot + (t @ expected).squeeze(2)
+                trial_sq = trial_sq + torch.linalg.vector_norm(t, dim=2) ** 2
+        return cls(dot.flatten(), trial_sq.flatten(), target_sq.flatten(),
+                   residual_sq.flatten(), len(targets))
 
 
-def stacked_cosine(products: GradientProducts) -> torch.Tensor:
+def cosine(products: GradientProducts) -> torch.Tensor:
     denominator = products.trial_sq.sqrt() * products.target_sq.sqrt() + 1e-12
     return 1 - products.dot / denominator
 
 
-STACKED_DISTANCES: dict[str, Callable[[GradientProducts], torch.Tensor]] = {
+DISTANCES: dict[str, Callable[[GradientProducts], torch.Tensor]] = {
     "l2": lambda products: products.residual_sq,
-    "cosine": stacked_cosine,
+    "cosine": cosine,
     "ggl": lambda products: products.residual_sq / products.layers,
 }
 RESIDUAL_DISTANCES = frozenset({"l2", "ggl"})  # from the formed gradients: exact near zero
@@ -129,47 +114,25 @@ REGULARIZERS: dict[str, Callable[[Candidate], torch.Tensor]] = {
     "latent_norm": lambda c: _latent(c, "latent_norm").flatten(1).norm(dim=1).sum(),
 }
 
-Objective = Callable[[Gradients, Gradients, Candidate], torch.Tensor]
-
 
 def check_distance(distance: str) -> None:
     if distance not in DISTANCES:
         raise ValueError(f"distance must be one of {sorted(DISTANCES)}, got {distance!r}")
 
 
-def _terms(weights: Mapping[str, float] | None) -> list[tuple[Callable, float]]:
+def penalty(weights: Mapping[str, float] | None) -> Callable[[Candidate], torch.Tensor]:
+    """``sum of weight * regulariser(candidate)`` in the order of ``weights`` (regulariser
+    name -> weight); every name checked now."""
     weights = dict(weights or {})
     unknown = sorted(set(weights) - set(REGULARIZERS))
     if unknown:
         raise ValueError(f"unknown regulariser(s) {unknown}; expected some of "
                          f"{sorted(REGULARIZERS)}")
-    return [(REGULARIZERS[name], weight) for name, weight in weights.items()]
-
-
-def _add_terms(loss: torch.Tensor, terms: list[tuple[Callable, float]],
-               candidate: Candidate) -> torch.Tensor:
-    for regularizer, weight in terms:
-        loss = loss + weight * regularizer(candidate)
-    return loss
-
-
-def compose(distance: str, weights: Mapping[str, float] | None = None) -> Objective:
-    """``distance(trial, target) + sum of weight * regulariser(candidate)``, in the order of
-    ``weights``: regulariser name -> weight."""
-    check_distance(distance)
-    measure, terms = DISTANCES[distance], _terms(weights)
-
-    def objective(trial: Gradients, target: Gradients, candidate: Candidate) -> torch.Tensor:
-        return _add_terms(measure(trial, target), terms, candidate)
-
-    return objective
-
-
-def penalty(weights: Mapping[str, float] | None) -> Callable[[Candidate], torch.Tensor]:
-    """``sum of weight * regulariser(candidate)``, the regularisers of :func:`compose`."""
-    terms = _terms(weights)
 
     def total(candidate: Candidate) -> torch.Tensor:
-        return _add_terms(candidate.images.new_zeros(()), terms, candidate)
+        value = candidate.images.new_zeros(())
+        for name, weight in weights.items():
+            value = value + weight * REGULARIZERS[name](candidate)
+        return value
 
     return total

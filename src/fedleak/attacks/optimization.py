@@ -23,33 +23,35 @@ OPTIMIZERS = ("lbfgs", "adam")
 
 @dataclass
 class Trajectory:
-    """What :func:`optimize` did. One problem: the finite losses, their count and why it
-    stopped. P stacked problems: ``loss_trace`` (iterations, P), of which problem p
-    recorded the first ``iterations[p]`` entries, ``diverged`` (P,) and, with stoppers,
-    ``stop_reasons`` (P,)."""
+    """What :func:`optimize` did to P problems: ``loss_trace`` (T, P), of which problem p
+    recorded the first ``iterations[p]`` (finite) entries; why each stopped; the rendered
+    images (P, ...) at the asked iterations."""
 
     variables: list[torch.Tensor]
-    loss_trace: list[float] | torch.Tensor
-    iterations: int | torch.Tensor
-    stop_reason: str
+    loss_trace: torch.Tensor
+    iterations: torch.Tensor
+    stop_reasons: list[str]
     snapshots: dict[int, torch.Tensor] = field(default_factory=dict)
-    diverged: torch.Tensor | None = None
-    stop_reasons: list[str] | None = None
 
-    @property
-    def final_loss(self) -> float:
-        return self.loss_trace[-1] if self.loss_trace else math.inf
+    def final_loss(self) -> torch.Tensor:
+        return last_recorded(self.loss_trace, self.iterations)
+
+
+def last_recorded(trace: torch.Tensor, iterations: torch.Tensor) -> torch.Tensor:
+    """Each problem's last recorded loss (``iterations``' shape) of a trace (T, ...); inf
+    where none was recorded."""
+    final = trace.gather(0, (iterations - 1).clamp(min=0).unsqueeze(0)).squeeze(0)
+    return torch.where(iterations > 0, final, torch.full_like(final, math.inf))
 
 
 Objective = Callable[[], "torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]"]
 
 
 def _finite(loss: torch.Tensor, variables: list[torch.Tensor]) -> torch.Tensor:
-    """Whether each problem's loss and variables are finite: a bool of ``loss``'s shape
-    (one problem: a 0-dim loss; P problems: (P,), the first dimension of every variable)."""
+    """(P,) whether each problem's loss and variables (P, ...) are finite."""
     ok = torch.isfinite(loss)
     for v in variables:
-        ok = ok & torch.isfinite(v).flatten(loss.ndim).all(dim=-1)
+        ok = ok & torch.isfinite(v).view(len(loss), -1).all(dim=-1)
     return ok
 
 
@@ -57,22 +59,22 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
              optimizer: str, lr: float, iterations: int, signed: bool = False,
              milestones: Sequence[float] = (), lr_factor: Callable[[int], float] | None = None,
              project: Callable[[list[torch.Tensor]], None] | None = None,
-             stopper: Stopper | Sequence[Stopper] | None = None,
+             stoppers: Sequence[Stopper] | None = None,
              snapshot_at: Collection[int] = (),
              render: Callable[[list[torch.Tensor]], torch.Tensor] | None = None) -> Trajectory:
     """Minimise ``objective()`` over ``variables`` in place; returns the trajectory.
 
-    ``objective()`` returns the loss, or the loss and each variable's gradient. A 0-dim
-    loss is one problem, which stops at its first non-finite step; a (P,) loss is P
-    problems stacked on every variable's first dimension (Adam only: it steps their sum),
-    one that turns non-finite frozen at its last finite iterate. The lr is multiplied by
+    ``objective()`` returns the losses (P,) of P problems stacked on every variable's first
+    dimension (one problem: P = 1, variables of any shape), or those and each variable's
+    gradient. Adam steps their sum; L-BFGS minimises one problem. A problem that turns
+    non-finite is frozen at its last finite iterate (L-BFGS stops). The lr is multiplied by
     0.1 at each fraction of ``iterations`` in ``milestones``, or by ``lr_factor(t)``;
-    ``signed`` steps on the gradient's sign; ``project`` runs after every step. ``stopper``
-    sees one problem's finite losses; P problems take G stoppers (G dividing P), stopper g
-    fed the summed loss of the g-th run of P / G problems (one host sync a step): those
-    whose stopper fires keep that iterate and stop counting, and the loop ends once none
-    runs. ``render(variables)`` (clamped to [0, 1]) is recorded at the iterations in
-    ``snapshot_at`` (0: the start; after an early stop, the final images)."""
+    ``signed`` steps on the gradient's sign; ``project`` runs after every step. G
+    ``stoppers`` (G dividing P): stopper g is fed the summed loss of the g-th run of P / G
+    problems (one host sync a step); those whose stopper fires keep that iterate and stop
+    counting, and the loop ends once none runs. ``render(variables)`` (clamped to [0, 1])
+    is recorded at the iterations in ``snapshot_at`` (0: the start; after an early stop,
+    the final images)."""
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
     if iterations < 1:
@@ -86,32 +88,23 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
     else:
         steps = sorted({int(m * iterations) for m in milestones})
         schedule = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=steps, gamma=0.1)
-    stoppers = list(stopper) if isinstance(stopper, Sequence) else None
-    for each in stoppers or ([] if stopper is None else [stopper]):
+    for each in stoppers or []:
         each.reset()
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
         out = objective()
-        if isinstance(out, tuple):
-            loss, gradients = out
-            for v, g in zip(variables, gradients):
-                v.grad = g
-        else:
-            loss = out
-            (loss.sum() if loss.ndim else loss).backward()
-        if signed:
-            for v in variables:
-                v.grad.sign_()
+        loss, gradients = out if isinstance(out, tuple) else (
+            out, torch.autograd.grad(out.sum(), variables))  # not into other leaves' .grad
+        for v, g in zip(variables, gradients):
+            v.grad = g.sign() if signed else g
         return loss.detach()
 
     trace: list[torch.Tensor] = []
     last_good = [v.detach().clone() for v in variables]
-    active = torch.tensor(True)  # still optimised: finite and not stopped
-    diverged = torch.tensor(False)
+    active = diverged = None  # (P,): still optimised (finite, not stopped); turned non-finite
     counted = 0
-    reason = "max_iterations"
-    reasons = None if stoppers is None else ["max_iterations"] * len(stoppers)
+    reasons = ["max_iterations"] * len(stoppers or [None])  # per stopper (or all problems)
     snapshots: dict[int, torch.Tensor] = {}
 
     def snapshot(t: int) -> None:
@@ -123,7 +116,7 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
     for _ in range(iterations):
         if optimizer == "lbfgs":
             loss = opt.step(closure)
-            if loss.ndim:
+            if len(loss) != 1:
                 raise ValueError("L-BFGS minimises one problem; got a loss of shape "
                                  f"{tuple(loss.shape)} (use Adam for stacked problems)")
         else:
@@ -135,23 +128,18 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
                              f"problems, got a loss of shape {tuple(loss.shape)}")
         with torch.no_grad():
             finite = _finite(loss, variables)
-            diverged = diverged.to(loss.device) | (active.to(loss.device) & ~finite)
-            active = active.to(loss.device) & finite
-            if loss.ndim == 0 and not active:
-                for v, good in zip(variables, last_good):
-                    v.copy_(good)
-                reason = "diverged"
-                break
-            if loss.ndim:
-                for v, good in zip(variables, last_good):
-                    v.copy_(torch.where(active.view(-1, *(1,) * (v.ndim - 1)), v, good))
+            if active is None:
+                active, diverged = torch.ones_like(finite), torch.zeros_like(finite)
+            diverged = diverged | (active & ~finite)
+            active = active & finite
+            for v, good in zip(variables, last_good):
+                v.copy_(torch.where(active.view(-1, *(1,) * (v.ndim - 1)), v, good))
             if project is not None:
                 project(variables)
             for v, good in zip(variables, last_good):
                 good.copy_(v)
         trace.append(loss)
-        if loss.ndim:  # stacked problems count their own iterations
-            counted = counted + active.long()
+        counted = counted + active.long()
         snapshot(len(trace))
         if stoppers is not None:
             groups = len(stoppers)
@@ -164,19 +152,12 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
                 len(loss) // groups)
             if not any(running):
                 break
-        elif stopper is not None and (why := stopper.update(float(loss))) is not None:
-            reason = why
+        elif optimizer == "lbfgs" and not active.all():
             break
     if snapshot_at:
         final = render(variables).detach().clamp(0, 1).cpu()
         snapshots.update({t: final for t in snapshot_at if t > len(trace)})
-    if trace and trace[0].ndim:  # P problems: traces, counts and divergence stay tensors
-        if reasons is not None:
-            size = len(diverged) // len(reasons)
-            reasons = ["diverged" if d else reasons[p // size]
-                       for p, d in enumerate(diverged.tolist())]
-        return Trajectory(variables, torch.stack(trace), counted, reason, snapshots, diverged,
-                          reasons)
-    return Trajectory(variables, torch.stack(trace).tolist() if trace else [], len(trace),
-                      reason, snapshots)
-
+    size = len(diverged) // len(reasons)
+    return Trajectory(variables, torch.stack(trace), counted, [
+        "diverged" if d else reasons[p // size] for p, d in enumerate(diverged.tolist())],
+        snapshots)

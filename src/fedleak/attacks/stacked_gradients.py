@@ -324,8 +324,18 @@ class StackedModel:
         def by_victim(t: torch.Tensor) -> torch.Tensor:
             return t.unflatten(0, (victims, restarts))
 
-        zero = images.new_zeros(problems)
-        dot, trial_sq, residual_sq = zero, zero, zero
+        dot = trial_sq = residual_sq = images.new_zeros(problems)
+
+        def add(trial: torch.Tensor, expected: torch.Tensor) -> None:
+            """Add a formed trial gradient (V, R, ...) against its target (V, 1, ...)."""
+            nonlocal dot, trial_sq, residual_sq
+            dims = tuple(range(2, trial.ndim))
+            if residual:
+                residual_sq = residual_sq + ((trial - expected) ** 2).sum(dims).flatten()
+            else:
+                dot = dot + (trial * expected).sum(dims).flatten()
+                trial_sq = trial_sq + (trial * trial).sum(dims).flatten()
+
         for layer, g in zip(self.tape.layers, output_grads):
             target = targets[layer.weight]
             columns, outputs = self._factors(layer, g, problems)
@@ -334,22 +344,11 @@ class StackedModel:
                 trial_sq = trial_sq + ((outputs.transpose(1, 2) @ outputs)
                                        * (columns.transpose(1, 2) @ columns)).sum((1, 2))
                 dot = dot + self._target_dot(layer, g, target, restarts)
-                continue
-            trial = by_victim(columns @ outputs.transpose(1, 2))  # (V, R, K, C): gradient^T
-            expected = target.flatten(2).transpose(1, 2).unsqueeze(1)
-            if residual:
-                residual_sq = residual_sq + ((trial - expected) ** 2).sum((2, 3)).flatten()
-            else:
-                dot = dot + (trial * expected).sum((2, 3)).flatten()
-                trial_sq = trial_sq + (trial * trial).sum((2, 3)).flatten()
+            else:  # the formed gradient^T (V, R, K, C)
+                add(by_victim(columns @ outputs.transpose(1, 2)),
+                    target.flatten(2).transpose(1, 2).unsqueeze(1))
         for name, g in zip(self.tape.copies, copied):
-            expected = targets[name].flatten(1).unsqueeze(1)
-            trial = by_victim(g)
-            if residual:
-                residual_sq = residual_sq + ((trial - expected) ** 2).sum(2).flatten()
-            else:
-                dot = dot + (trial * expected).sum(2).flatten()
-                trial_sq = trial_sq + (trial * trial).sum(2).flatten()
+            add(by_victim(g), targets[name].flatten(1).unsqueeze(1))
         if self._target_sq[0] is not targets:
             norms = sum(_rowwise_dot(t, t) for t in targets.values())
             self._target_sq = (targets, norms.repeat_interleave(restarts))
