@@ -40,7 +40,7 @@ CPU, the same trajectory up to rounding).
 
     python benchmarks/attack_throughput.py --threads 1 [--models lenet resnet18]
         [--sizes 1 8 32] [--restarts 1] [--iterations lenet=20 resnet18=2]
-        [--repeats 3] [--tv 1e-4] [--out FILE.csv]
+        [--repeats 3] [--tv 1e-4] [--devices cpu cuda] [--out FILE.csv]
 """
 
 from __future__ import annotations
@@ -195,6 +195,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--tv", type=float, default=1e-4,
                         help="TV weight of both implementations (fedleak's default)")
+    parser.add_argument("--devices", nargs="+", choices=["cpu", "cuda"], default=["cpu", "cuda"],
+                        help="where to run (cuda only where present)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/attack_throughput.csv"))
     args = parser.parse_args()
     bad = [s for s in args.sizes if s < 1 or s % args.restarts]
@@ -209,7 +211,8 @@ def main() -> None:
     paths: dict[str, Runner] = {"loop": per_victim, "vectorised": vectorised}
     if (other := breaching_path()) is not None:
         paths["breaching"] = other
-    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    devices = [torch.device(d) for d in args.devices
+               if d == "cpu" or torch.cuda.is_available()]
     rows = []
     for device in devices:
         for name in args.models:

@@ -19,7 +19,7 @@ order alternated each repeat after one warm-up of each; medians with min and max
     python benchmarks/stacked_attacks.py --threads 2 [--attacks gradinversion gias gias-zw gifd
         dlg idlg eot eot-gifd]
         [--models lenet resnet10-16 resnet10-32 resnet18] [--victims 2] [--restarts 4]
-        [--iterations 20] [--repeats 3] [--out FILE.csv]
+        [--iterations 20] [--repeats 3] [--device cpu|cuda] [--out FILE.csv]
 """
 
 from __future__ import annotations
@@ -43,10 +43,11 @@ ATTACKS = ["gradinversion", "gias", "gias-zw", "gifd", "dlg", "idlg", "eot", "eo
 
 def observations(model: torch.nn.Module, victims: int) -> list[attacks.Observation]:
     """One single-image update per victim, with its batch's BN statistics."""
-    rng = torch.Generator().manual_seed(1)
+    rng, device = torch.Generator().manual_seed(1), next(model.parameters()).device
     out = []
     for v in range(victims):
-        x, y = torch.rand(1, 3, 32, 32, generator=rng), torch.tensor([v % 10])
+        x = torch.rand(1, 3, 32, 32, generator=rng).to(device)
+        y = torch.tensor([v % 10], device=device)
         out.append(attacks.Observation(
             model=model, gradient=Update.of(model, x, y).detached(), batch_size=1, labels=y,
             bn_statistics=batch_statistics(model, x) if batchnorm_layers(model) else None))
@@ -87,8 +88,10 @@ def parameters(attack: str, model: torch.nn.Module, iterations: int, restarts: i
 
 
 def run(path: str, attack: str, params: dict, observed: list[attacks.Observation]) -> None:
-    """The victims attacked ``stacked`` or in a ``loop``."""
+    """The victims attacked ``stacked`` or in a ``loop`` (until CUDA has finished)."""
     attacks.reconstruct_all(attacks.build(attack, **params), observed, engine=path)
+    if observed[0].device.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def main() -> None:
@@ -102,17 +105,18 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/stacked_attacks.csv"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rows = []
     for name in args.models:
         torch.manual_seed(0)
-        model = model_named(name).train()
+        model = model_named(name).train().to(args.device)
         observed = observations(model, args.victims)
         for attack in args.attacks:
             registered, params = parameters(attack, model, args.iterations, args.restarts)
-            row = {"attack": attack, "model": name,
+            row = {"attack": attack, "model": name, "device": args.device,
                    "parameters": sum(p.numel() for p in model.parameters()),
                    "victims": args.victims, "restarts": args.restarts,
                    "iterations": args.iterations, "threads": args.threads,

@@ -200,5 +200,5 @@ def test_censor_tradeoff_labels_each_setting_with_its_fallback_rate() -> None:
     axes = [ax for ax in fig.axes if ax.get_visible()]
     assert [ax.get_title() for ax in axes] == ["dlg", "ig"]
     assert sorted(t.get_text() for t in axes[0].texts) == ["0", "5", "5 (40% clean)"]
-    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == [
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
         "censor", "censor_alg1", "none"]

@@ -151,8 +151,7 @@ def test_a_line_figure_gives_each_hue_one_colour_in_every_panel():
     inputs = TargetInputs(frame, pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
     fig = line_figure({"x": "round", "y": "ssim", "hue": "series", "panels": "dataset"},
                       inputs, "t")
-    colours = [{text.get_text(): tuple(handle.get_color())
-                for text, handle in zip(ax.get_legend().get_texts(), ax.get_legend().get_lines())}
-               for ax in fig.axes if ax.get_legend()]
+    colours = [{line.get_label(): line.get_color() for line in ax.get_lines()
+                if not line.get_label().startswith("_")} for ax in fig.axes]
     assert colours[0]["Q"] == colours[1]["Q"]
     assert len({*colours[0].values(), *colours[1].values()}) == 3

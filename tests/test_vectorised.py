@@ -409,18 +409,20 @@ SMALL = {
 }
 
 
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
 @pytest.mark.parametrize("name", attacks.available())
-def test_every_registered_attack_runs_stacked_as_one_problem_at_a_time(name, digit_batch,
-                                                                       float64):
+def test_every_registered_attack_runs_stacked_as_one_problem_at_a_time(name, device,
+                                                                       digit_batch, float64):
     """The engine's two ways of running an attack stated once: 3 victims x 2 restarts stacked
     through StackedModel, and one problem at a time through autograd on the model, give the
-    same images, restarts, iterations, stop reasons and loss traces (float64)."""
+    same images, restarts, iterations, stop reasons and loss traces (float64; on CUDA too
+    where there is one)."""
     from fedleak import config
     from fedleak.models.dcgan import Generator
 
     assert name in SMALL, f"give {name} an entry in SMALL"
-    model = lenet().double()
-    observations = observe(model, digit_batch[0].double(), digit_batch[1])
+    model = lenet().double().to(device)
+    observations = observe(model, digit_batch[0].double().to(device), digit_batch[1].to(device))
     params = {**SMALL[name], "seed": 3}
     if "restarts" in config.parameters("attacks", name):
         params["restarts"] = 2
@@ -430,6 +432,7 @@ def test_every_registered_attack_runs_stacked_as_one_problem_at_a_time(name, dig
     wanted = attacks.needs(name, config.resolve("attacks", name, SMALL[name]))
     params.update({k: v for k, v in artifacts.items() if k in wanted})
     stacked, looped, difference = stacked_and_looped(name, params, observations)
+    assert {r.images.device.type for r in stacked + looped} == {device}
     print(f"{name}: max pixel difference {difference:.3g}, restarts "
           f"{[r.restart for r in stacked]}")
     if name in ("dlg", "idlg"):  # 20 L-BFGS evaluations a step amplify rounding

@@ -9,8 +9,8 @@
   ASR interpolated linearly on its own (learning loss, ASR) curve, which starts from the
   undefended run, where that curve spans the loss; ``gap`` = RecUP-FL's ASR minus the
   lowest of them (negative: RecUP-FL wins).
-- ``attribute_tradeoff.png``: ASR against learning loss, one curve per defense, one panel
-  per adversary x round (Fig. 2/10/11).
+- ``attribute_tradeoff.png``: ASR against learning loss (log), one curve per defense, one
+  panel per adversary x round (Fig. 2/10/11).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
+from fedleak.report.style import case_text, finish, label_points, log_axis, series_styles
 from fedleak.report.tables import load_record, require, write_csv
 
 ATTRIBUTE_COLUMNS = ["case", "defense", "strength", "adversary", "attribute", "round", "seed",
@@ -52,12 +54,12 @@ def attribute_table(files: list[Path]) -> pd.DataFrame:
 
 
 def _curve(points: pd.DataFrame, y: str = "asr", by: str = "strength"
-           ) -> tuple[np.ndarray, np.ndarray]:
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A defense's (learning loss, ASR) points, one per ``by`` value (mean over seeds),
-    sorted by loss."""
+    sorted by loss, and their ``by`` values."""
     mean = points.groupby(by)[["learning_loss", y]].mean().sort_values(
         "learning_loss", kind="stable")
-    return mean["learning_loss"].to_numpy(), mean[y].to_numpy()
+    return mean["learning_loss"].to_numpy(), mean[y].to_numpy(), mean.index.to_numpy()
 
 
 def attribute_gap(table: pd.DataFrame, defended: str = DEFENDED) -> pd.DataFrame:
@@ -67,7 +69,7 @@ def attribute_gap(table: pd.DataFrame, defended: str = DEFENDED) -> pd.DataFrame
     for keys, group in table.groupby(ATTRIBUTE_KEYS, sort=True):
         ours = group[group["defense"] == defended]
         undefended = group[group["defense"] == "none"]
-        others = {d: _curve(pd.concat([undefended, g]))
+        others = {d: _curve(pd.concat([undefended, g]))[:2]
                   for d, g in group[~group["defense"].isin([defended, "none"])].groupby(
                       "defense")}
         for strength, point in ours.groupby("strength"):
@@ -84,47 +86,45 @@ def attribute_gap(table: pd.DataFrame, defended: str = DEFENDED) -> pd.DataFrame
 
 def attribute_tradeoff(table: pd.DataFrame, *, y: str = "asr", hue: str = "defense",
                        panels: str = "adversary", by: str = "strength",
-                       title: str = "Attribute inference: ASR against learning loss "
-                                    "(dotted: chance)") -> Figure:
-    """ASR (column ``y``) against learning loss, one curve per ``hue`` value whose points are
-    its ``by`` values (mean over seeds); panels: ``panels`` (columns) x round (rows); the
-    dotted line is the panel's mean chance (the majority class's share)."""
+                       title: str = "Attribute inference: ASR against learning loss") -> Figure:
+    """ASR (column ``y``) against learning loss (a log axis: the weak settings sit close to
+    the undefended run's loss), one curve per ``hue`` value whose points are its ``by``
+    values (mean over seeds; numeric ones label the points, but the undefended run's);
+    panels: ``panels`` (columns) x round (rows); the dotted line is the panel's mean chance
+    (the majority class's share)."""
     columns = sorted(table[panels].unique(), key=str)
     rounds = sorted(table["round"].unique())
     curves = sorted(table[hue].unique(), key=str)
-    cycle = plt.get_cmap("tab10").colors
-    colors = {value: cycle[i % len(cycle)] for i, value in enumerate(curves)}
+    styles = series_styles(curves)
     fig, axes = plt.subplots(max(1, len(rounds)), max(1, len(columns)), squeeze=False,
-                             sharey=True, layout="constrained",
-                             figsize=(3.2 * len(columns) + 1.5, 2.8 * max(1, len(rounds))))
+                             sharex=True, sharey=True, layout="constrained",
+                             figsize=(3.4 * len(columns) + 2.0, 3.0 * max(1, len(rounds))))
     for (r, round_), (c, column) in ((a, b) for a in enumerate(rounds)
                                      for b in enumerate(columns)):
         ax = axes[r][c]
         panel = table[(table[panels] == column) & (table["round"] == round_)]
+        labels = []
         for value in curves:
             points = panel[panel[hue] == value]
             if points.empty:
                 continue
-            x, v = _curve(points, y, by)
-            ax.plot(x, v, marker="o", ms=3, label=str(value), color=colors[value],
-                    linestyle="none" if value == "none" else "-")
+            x, v, names = _curve(points, y, by)
+            ax.plot(x, v, **styles[value], ms=9 if value == "none" else 4, label=str(value))
+            if pd.api.types.is_numeric_dtype(points[by]) and value != "none":
+                labels.append((x, v, [f"{n:g}" for n in names], styles[value]["color"]))
+        label_points(ax, labels)
         ax.axhline(panel["chance"].mean(), color="grey", linestyle=":", linewidth=1)
         ax.set_title(f"{column}, round {round_}", fontsize=9)
-        ax.set_xlabel("learning loss")
-        ax.locator_params(axis="x", nbins=4)  # losses close together: few, readable ticks
+        if r == len(rounds) - 1:
+            ax.set_xlabel("learning loss (log)")
         if c == 0:
             ax.set_ylabel("ASR")
     if table.empty:
         axes[0][0].text(0.5, 0.5, "no attribute results", ha="center", va="center")
-    legend = {}  # every curve once, in the order of ``curves``, from any panel
-    for ax in axes.flat:
-        legend.update({label: h for h, label in zip(*ax.get_legend_handles_labels())
-                       if label not in legend})
-    if legend:
-        order = [str(v) for v in curves if str(v) in legend]
-        fig.legend([legend[k] for k in order], order, loc="outside right center", fontsize=8)
-    fig.suptitle(title)
-    return fig
+    elif (table["learning_loss"] > 0).all():
+        log_axis(axes[0][0], "x")
+    chance = Line2D([], [], color="grey", linestyle=":", linewidth=1, label="chance")
+    return finish(fig, f"{title} {case_text(table['case'])}".strip(), hue, extra=[chance])
 
 
 def write_attribute_tables(files: list[Path], out_dir: Path) -> dict[str, pd.DataFrame]:

@@ -12,16 +12,21 @@ matplotlib.use("Agg")
 import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from fedleak.report.attribute import attribute_tradeoff  # noqa: E402
+from fedleak.report.style import (  # noqa: E402
+    case_text,
+    finish,
+    label_points,
+    log_if_spread,
+    series_styles,
+)
 from fedleak.report.tables import ATTACK_KEYS, is_ablation, load_record  # noqa: E402
 from fedleak.utils.io import atomic_path  # noqa: E402
 
 DPI = 150
 SVG_HASHSALT = "fedleak"
-PALETTE = "colorblind"
 _METADATA = {
     "png": {"Software": None},
     "svg": {"Date": None},
@@ -43,12 +48,6 @@ def save_figure(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _colors(names: list[str]) -> dict[str, tuple]:
-    """Fixed colour per name, in sorted-name order."""
-    names = sorted(set(names))
-    return dict(zip(names, sns.color_palette(PALETTE, len(names)), strict=True))
-
-
 METRIC_LABELS = {
     "psnr": "mean PSNR (dB)", "ssim": "mean SSIM", "lpips": "mean LPIPS",
     "stlpips": "mean ST-LPIPS",
@@ -56,28 +55,27 @@ METRIC_LABELS = {
 }
 
 
-def _pmm_panel(ax: plt.Axes, data: pd.DataFrame, colors: dict[str, tuple], title: str,
+def _pmm_panel(ax: plt.Axes, data: pd.DataFrame, styles: dict[str, dict], title: str,
                metric: str = "psnr") -> None:
+    """One curve per defense through its strengths (labelled where they do not overlap),
+    the undefended run as a star."""
     data = data.dropna(subset=["pmm", metric]).sort_values(["defense", "strength"])
     ax.set(title=title, xlabel="PMM (%)", ylabel=METRIC_LABELS[metric])
     if data.empty:
         ax.text(0.5, 0.5, f"{metric} unavailable", transform=ax.transAxes, ha="center")
         return
-    defended = data[data["defense"] != "none"]
-    if not defended.empty:
-        sns.lineplot(
-            data=defended, x="pmm", y=metric, hue="defense", palette=colors, marker="o",
-            estimator=None, errorbar=None, sort=False, ax=ax,
-        )
-        for row in defended.itertuples():
-            ax.annotate(f"{row.strength:g}", (row.pmm, getattr(row, metric)), xytext=(4, 4),
-                        textcoords="offset points", fontsize="x-small")
-    for row in data[data["defense"] == "none"].itertuples():
-        ax.scatter(row.pmm, getattr(row, metric), marker="*", s=200, color=colors["none"],
-                   label="none", zorder=3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(title="defense", fontsize="small", loc="upper left",
-                  bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    curves = []
+    for defense, points in data.groupby("defense", sort=True):
+        style = styles[defense]
+        if defense == "none":
+            ax.plot(points["pmm"], points[metric], **style, markersize=14, label="none",
+                    zorder=3)
+            continue
+        ax.plot(points["pmm"], points[metric], **style, markersize=5, label=defense)
+        curves.append((points["pmm"].tolist(), points[metric].tolist(),
+                       [f"{s:g}" for s in points["strength"]], style["color"]))
+    label_points(ax, curves)
+    log_if_spread(ax, "y", data[metric])
 
 
 def _main_settings(tradeoff: pd.DataFrame) -> pd.DataFrame:
@@ -85,25 +83,29 @@ def _main_settings(tradeoff: pd.DataFrame) -> pd.DataFrame:
     return tradeoff[~tradeoff["defense"].map(is_ablation)]
 
 
+PMM_NOTE = "one curve per defense, points labelled with their strength"
+
+
 def pmm_vs_psnr(tradeoff: pd.DataFrame, attack: str) -> Figure:
     """Refiner Fig. 7 style: mean PSNR against PMM, one line per defense, one panel per case."""
     tradeoff = _main_settings(tradeoff)
     data = tradeoff[tradeoff["attack"] == attack]
     cases = sorted(data["case"].unique())
-    colors = _colors(list(tradeoff["defense"]))
-    fig, axes = plt.subplots(1, len(cases), figsize=(5.5 * len(cases), 4.5), squeeze=False,
-                             layout="constrained")
+    styles = series_styles(tradeoff["defense"])
+    fig, axes = plt.subplots(1, len(cases), figsize=(5.5 * len(cases) + 2.0, 4.5),
+                             squeeze=False, layout="constrained")
     for ax, case in zip(axes[0], cases, strict=True):
-        _pmm_panel(ax, data[data["case"] == case], colors, f"{attack} — {case}")
-    return fig
+        _pmm_panel(ax, data[data["case"] == case], styles, case)
+    return finish(fig, f"{attack}: mean PSNR against PMM, {PMM_NOTE}", "defense")
 
 
 def _panel_grid(count: int) -> tuple[Figure, list[plt.Axes]]:
-    """A figure of ``count`` panels, at most 3 a row; the unused cells hidden."""
+    """A figure of ``count`` panels, at most 3 a row (room for the legend on the right);
+    the unused cells hidden."""
     columns = min(3, count)
     rows = -(-count // columns)
     fig, axes = plt.subplots(rows, columns, squeeze=False, layout="constrained",
-                             figsize=(4.5 * columns, 4.0 * rows))
+                             figsize=(4.5 * columns + 2.0, 4.0 * rows))
     for ax in axes.flat[count:]:
         ax.set_visible(False)
     return fig, list(axes.flat[:count])
@@ -115,13 +117,14 @@ def tradeoff_panels(tradeoff: pd.DataFrame, metric: str) -> Figure:
     tradeoff = _main_settings(tradeoff)
     cases = sorted(tradeoff["case"].unique())
     panels = [(case, attack) for case in cases for attack in sorted(tradeoff["attack"].unique())]
-    colors = _colors(list(tradeoff["defense"]))
+    styles = series_styles(tradeoff["defense"])
     fig, axes = _panel_grid(len(panels))
     for ax, (case, attack) in zip(axes, panels):
         picked = tradeoff[(tradeoff["case"] == case) & (tradeoff["attack"] == attack)]
         title = attack if len(cases) == 1 else f"{attack} — {case}"
-        _pmm_panel(ax, picked, colors, title, metric)
-    return fig
+        _pmm_panel(ax, picked, styles, title, metric)
+    return finish(fig, f"{METRIC_LABELS[metric]} against PMM per attack {case_text(cases)}: "
+                       f"{PMM_NOTE}", "defense")
 
 
 def censor_tradeoff(censor: pd.DataFrame) -> Figure:
@@ -131,25 +134,24 @@ def censor_tradeoff(censor: pd.DataFrame) -> Figure:
     attacks = sorted(c.removesuffix("_psnr") for c in censor.columns if c.endswith("_psnr"))
     cases = sorted(censor["case"].unique())
     panels = [(case, attack) for case in cases for attack in attacks]
-    colors = _colors(list(censor["defense"]))
+    styles = series_styles(censor["defense"])
     fig, axes = _panel_grid(len(panels))
     for ax, (case, attack) in zip(axes, panels):
         x = f"{attack}_psnr"
         data = censor[censor["case"] == case].dropna(subset=[x, "accuracy"])
-        data = data.sort_values(["defense", "strength"])
         ax.set(title=attack if len(cases) == 1 else f"{attack} — {case}",
                xlabel="mean PSNR (dB)", ylabel="final FL accuracy")
-        sns.lineplot(data=data, x=x, y="accuracy", hue="defense", palette=colors, marker="o",
-                     estimator=None, errorbar=None, sort=False, ax=ax, legend=ax is axes[0])
-        for row in data.itertuples():
-            clean = f" ({row.fallback_rate:.0%} clean)" if row.fallback_rate > 0 else ""
-            ax.annotate(f"{row.strength:g}{clean}", (getattr(row, x), row.accuracy),
-                        xytext=(4, 4), textcoords="offset points", fontsize="x-small")
-    if axes[0].get_legend() is not None:
-        sns.move_legend(axes[0], "upper left", bbox_to_anchor=(1.02, 1.0), title="defense",
-                        fontsize="small")
-    fig.suptitle("utility against privacy of the same uploads (lower PSNR is more private)")
-    return fig
+        curves = []
+        for defense, points in data.sort_values(["defense", "strength"]).groupby("defense"):
+            ax.plot(points[x], points["accuracy"], **styles[defense], label=defense)
+            curves.append((points[x].tolist(), points["accuracy"].tolist(),
+                           [f"{r.strength:g}" + (f" ({r.fallback_rate:.0%} clean)"
+                                                 if r.fallback_rate > 0 else "")
+                            for r in points.itertuples()], styles[defense]["color"]))
+        label_points(ax, curves)
+    return finish(fig, f"Final accuracy against each attack's PSNR of the same uploads "
+                       f"{case_text(cases)} (lower PSNR is more private; labels: strength)",
+                  "defense")
 
 
 def _recon_runs(attack_files: list[Path]) -> list[tuple[str, str, str, float, Path]]:
@@ -190,16 +192,13 @@ def recon_grid(runs: list[tuple[str, str, str, float, Path]], attack: str) -> Fi
 
 def evalnet_monotonicity(evalnet: pd.DataFrame) -> Figure:
     """Evaluation-network prediction against the true noise ratio, per dataset."""
-    fig, ax = plt.subplots(figsize=(5.0, 4.5), layout="constrained")
-    sns.lineplot(
-        data=evalnet, x="ratio", y="prediction", hue="dataset",
-        palette=_colors(list(evalnet["dataset"])), marker="o", estimator=None, errorbar=None,
-        ax=ax,
-    )
+    fig, ax = plt.subplots(figsize=(6.0, 4.5), layout="constrained")
+    styles = series_styles(evalnet["dataset"])
+    for dataset, points in evalnet.groupby("dataset", sort=True):
+        ax.plot(points["ratio"], points["prediction"], **styles[dataset], label=dataset)
     ax.plot([0, 1], [0, 1], linestyle="--", color="grey", label="identity")
-    ax.set(xlabel="noise ratio", ylabel="predicted ratio", title="Evaluation network")
-    ax.legend(fontsize="small")
-    return fig
+    ax.set(xlabel="noise ratio", ylabel="predicted ratio")
+    return finish(fig, "Evaluation network: predicted against true noise ratio", "dataset")
 
 
 def write_figures(tables: dict[str, pd.DataFrame], attack_files: list[Path], out_dir: Path,

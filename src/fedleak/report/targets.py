@@ -25,11 +25,19 @@ import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from fedleak.report.attribute import attribute_tradeoff  # noqa: E402
-from fedleak.report.figures import PALETTE, save_figure  # noqa: E402
+from fedleak.report.figures import save_figure  # noqa: E402
+from fedleak.report.style import (  # noqa: E402
+    case_text,
+    finish,
+    label_points,
+    log_axis,
+    log_if_spread,
+    series_styles,
+)
 from fedleak.report.tables import SUCCESS_SSIM, write_csv  # noqa: E402
 from fedleak.utils.io import load_npy, read_json, write_json  # noqa: E402
 
@@ -170,14 +178,10 @@ def compare(table: pd.DataFrame, keys: list[str], reference: dict
 # Figures
 
 
-def _title(fig: Figure, title: str) -> None:
-    fig.suptitle(textwrap.fill(title, 70), fontsize="medium")
-
-
-def _legend_outside(ax: plt.Axes, title: str | None) -> None:
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(title=title, fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                  borderaxespad=0.0)
+def _title(title: str, *frames: pd.DataFrame) -> str:
+    """The target's title and the cases its figure draws."""
+    cases = [c for frame in frames if "case" in frame for c in frame["case"].dropna()]
+    return textwrap.fill(f"{title} {case_text(cases)}".strip(), 80, break_on_hyphens=False)
 
 
 def _panels(data: pd.DataFrame, panels: str | None) -> list[tuple[str, pd.DataFrame]]:
@@ -186,67 +190,89 @@ def _panels(data: pd.DataFrame, panels: str | None) -> list[tuple[str, pd.DataFr
     return [(f"{panels} = {value}", part) for value, part in data.groupby(panels, sort=True)]
 
 
-def _palette(data: pd.DataFrame, hue: str | None) -> dict | None:
-    """One colour per ``hue`` value over the whole figure, so that panels agree."""
-    if not hue:
-        return None
-    values = sorted(data[hue].dropna().unique(), key=str)
-    return dict(zip(values, sns.color_palette(PALETTE, len(values)), strict=True))
+def _paper_rows(reference: dict | None, needed: list[str]) -> pd.DataFrame:
+    """The paper's rows with the ``needed`` columns (empty where it gives none of them)."""
+    if not reference or not set(needed) <= set(reference["columns"]):
+        return pd.DataFrame(columns=needed)
+    return pd.DataFrame(reference["rows"], columns=reference["columns"])[needed]
 
 
-def line_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
-    """A metric against a swept value (or any key), one curve per ``hue``."""
+PAPER = Line2D([], [], color="grey", marker="o", markerfacecolor="none", linestyle="none",
+               label="paper (hollow)")
+
+
+def line_figure(spec: dict, inputs: TargetInputs, title: str,
+                reference: dict | None = None) -> Figure:
+    """A metric against a swept value (or any key), one curve per ``hue``, and the paper's
+    numbers as hollow markers where its reference gives them."""
     x, y, hue, panels = spec["x"], spec["y"], spec.get("hue"), spec.get("panels")
     keys = [k for k in (x, hue, panels) if k]
     source = _source(inputs, [y])
-    data = _aggregate(source, keys, [y])
-    if not pd.api.types.is_numeric_dtype(data[x]):  # categories in the order selected
-        order = list(dict.fromkeys(source[x]))
-        data = data.assign(**{x: pd.Categorical(data[x], order, ordered=True)}).sort_values(x)
-    parts = _panels(data, panels)
+    data = _aggregate(source, keys, [y]).assign(_ours=True)
+    paper = _paper_rows(reference, [*keys, y]).assign(_ours=False)
+    both = pd.concat([data, paper], ignore_index=True) if len(paper) else data
+    numeric = pd.api.types.is_numeric_dtype(data[x]) and not pd.api.types.is_bool_dtype(data[x])
+    if not numeric:  # categories in the order selected, then the paper's others, evenly
+        order = list(dict.fromkeys([*source[x], *paper[x]]))
+        both = both.assign(**{x: both[x].map(order.index)})
+    styles = series_styles(both[hue].dropna() if hue else [y])
+    parts = _panels(both, panels)
     fig, axes = plt.subplots(1, len(parts), squeeze=False, layout="constrained",
-                             figsize=(4.8 * len(parts) + 1.5, 3.8))
+                             figsize=(4.8 * len(parts) + 2.0, 3.8))
     for ax, (label, part) in zip(axes[0], parts, strict=True):
-        sns.lineplot(data=part, x=x, y=y, hue=hue, marker="o", estimator=None, errorbar=None,
-                     palette=_palette(data, hue), ax=ax, sort=True)
-        ax.set(title=label, xlabel=x, ylabel=LABELS.get(split_metric(y)[0], y))
+        for value, curve in (part.groupby(hue, sort=True) if hue else [(y, part)]):
+            ours, theirs = (curve[curve["_ours"] == k].sort_values(x) for k in (True, False))
+            style = styles[value]
+            ax.plot(ours[x], ours[y], **style, label=str(value) if hue else None)
+            ax.plot(theirs[x], theirs[y], **{**style, "linestyle": "none"},
+                    markerfacecolor="none", label=f"_paper {value}")
+        ax.set(title=label, xlabel=x, ylabel=LABELS.get(y, LABELS.get(split_metric(y)[0], y)))
+        if not numeric:
+            ax.set_xticks(range(len(order)), order, rotation=30, ha="right")
         if spec.get("logx"):
-            ax.set_xscale("log")
+            log_axis(ax, "x")
+        elif numeric:
+            log_if_spread(ax, "x", both[x])
         if spec.get("logy"):
-            ax.set_yscale("log")
-        _legend_outside(ax, hue)
-    _title(fig, title)
-    return fig
+            log_axis(ax, "y")
+        else:
+            log_if_spread(ax, "y", both[y].dropna())
+    return finish(fig, _title(title, source), hue, extra=[PAPER] if len(paper) else [])
 
 
-def tradeoff_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
+def tradeoff_figure(spec: dict, inputs: TargetInputs, title: str,
+                    reference: dict | None = None) -> Figure:
     """PMM against a privacy metric, one curve per defense, each point a strength."""
     y, panels = spec["y"], spec.get("panels", "attack")
     data = _aggregate(inputs.victims, ["defense", "strength", panels], ["pmm", y])
+    styles = series_styles(data["defense"])
     parts = _panels(data, panels)
     fig, axes = plt.subplots(1, len(parts), squeeze=False, layout="constrained",
-                             figsize=(4.8 * len(parts) + 1.5, 3.8))
+                             figsize=(4.8 * len(parts) + 2.0, 3.8))
     for ax, (label, part) in zip(axes[0], parts, strict=True):
-        sns.lineplot(data=part.sort_values(["defense", "strength"]), x="pmm", y=y,
-                     hue="defense", marker="o", estimator=None, errorbar=None, sort=False,
-                     palette=_palette(data, "defense"), ax=ax)
+        curves = []
+        for defense, points in part.sort_values(["defense", "strength"]).groupby("defense"):
+            ax.plot(points["pmm"], points[y], **styles[defense], label=defense)
+            curves.append((points["pmm"].tolist(), points[y].tolist(),
+                           [f"{s:g}" for s in points["strength"]], styles[defense]["color"]))
+        label_points(ax, curves)
         ax.set(title=label, xlabel=LABELS["pmm"], ylabel=LABELS.get(split_metric(y)[0], y))
-        _legend_outside(ax, "defense")
-    _title(fig, title)
-    return fig
+    return finish(fig, _title(title, inputs.victims), "defense")
 
 
-def history_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
+def history_figure(spec: dict, inputs: TargetInputs, title: str,
+                   reference: dict | None = None) -> Figure:
     """FL accuracy or test loss against the round, one curve per ``hue``."""
     y, hue = spec["y"], spec.get("hue")
     data = _aggregate(inputs.history, [k for k in ("round", hue) if k], [y])
+    styles = series_styles(data[hue] if hue else [y])
     fig, ax = plt.subplots(figsize=(6.5, 3.8), layout="constrained")
-    sns.lineplot(data=data, x="round", y=y, hue=hue, estimator=None, errorbar=None,
-                 palette=PALETTE if hue else None, ax=ax)
+    for value, curve in (data.groupby(hue, sort=True) if hue else [(y, data)]):
+        ax.plot(curve["round"], curve[y], **styles[value], markevery=0.1,
+                label=str(value) if hue else None)
     ax.set(xlabel="round", ylabel=LABELS.get(y, y))
-    _legend_outside(ax, hue)
-    _title(fig, title)
-    return fig
+    log_if_spread(ax, "y", data[y].dropna())
+    return finish(fig, _title(title, inputs.history), hue)
 
 
 def _picked(spec: dict, inputs: TargetInputs) -> list[tuple[pd.Series, list[int]]]:
@@ -270,23 +296,25 @@ def _row_label(row: pd.Series) -> str:
     return " / ".join(str(p) for p in parts if p)
 
 
-def trace_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
+def trace_figure(spec: dict, inputs: TargetInputs, title: str,
+                 reference: dict | None = None) -> Figure:
     """The attack's loss against the iteration for the picked victims, one panel per row."""
     picked = _picked(spec, inputs)
+    styles = series_styles(f"victim {v}" for _, victims in picked for v in victims)
     fig, axes = plt.subplots(1, len(picked), squeeze=False, layout="constrained",
                              figsize=(4.8 * len(picked) + 1.5, 3.8))
     for ax, (row, victims) in zip(axes[0], picked, strict=True):
         traces = read_json(Path(row["details"]) / f"traces_{row['attack']}.json")
         for v in victims:
-            ax.plot(range(1, len(traces[v]) + 1), traces[v], label=f"victim {v}")
+            ax.plot(range(1, len(traces[v]) + 1), traces[v], **styles[f"victim {v}"],
+                    markevery=0.1, label=f"victim {v}")
         ax.set(title=_row_label(row), xlabel="iteration", ylabel="gradient distance",
                yscale="log")
-        _legend_outside(ax, None)
-    _title(fig, title)
-    return fig
+    return finish(fig, _title(title, inputs.details))
 
 
-def snapshots_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
+def snapshots_figure(spec: dict, inputs: TargetInputs, title: str,
+                     reference: dict | None = None) -> Figure:
     """Reconstructions at the snapshot iterations, then the true image: one row per picked
     victim (the first image of its batch)."""
     rows = []
@@ -313,11 +341,12 @@ def snapshots_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
             if r == 0:
                 ax.set_title(name, fontsize="small")
         axes[r, 0].set_ylabel(label, rotation=0, ha="right", va="center", fontsize="small")
-    _title(fig, title)
+    fig.suptitle(_title(title, inputs.details), fontsize="medium")
     return fig
 
 
-def recon_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
+def recon_figure(spec: dict, inputs: TargetInputs, title: str,
+                 reference: dict | None = None) -> Figure:
     """The final reconstructions (truth on top) of every point, one row per point."""
     rows = [(f"{_row_label(row)} {row['defense']} {row['strength']:g}",
              Path(row["details"]) / f"recon_{row['attack']}.png")
@@ -331,11 +360,12 @@ def recon_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
         ax.set_xticks([])
         ax.set_yticks([])
         ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize="small")
-    _title(fig, title)
+    fig.suptitle(_title(title, inputs.details), fontsize="medium")
     return fig
 
 
-def attribute_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
+def attribute_figure(spec: dict, inputs: TargetInputs, title: str,
+                     reference: dict | None = None) -> Figure:
     """Attribute ASR against learning loss (RecUP-FL Figs. 2-5, 9-11): one curve per ``hue``
     (default: defense label) whose points are its settings, one panel per ``panels`` value
     (default: adversary), one row of panels per attacked round, a dotted chance line."""
@@ -352,7 +382,7 @@ def attribute_figure(spec: dict, inputs: TargetInputs, title: str) -> Figure:
     return attribute_tradeoff(data.assign(setting=setting), y="attribute_asr",
                               hue=spec.get("hue", "defense"),
                               panels=spec.get("panels", "adversary"), by="setting",
-                              title=textwrap.fill(title, 70))
+                              title=textwrap.fill(title, 80))
 
 
 FIGURES = {"line": line_figure, "tradeoff": tradeoff_figure, "history": history_figure,
@@ -375,7 +405,8 @@ def write_target(name: str, spec: dict, inputs: TargetInputs, reference: dict | 
             comparison, agreement = compare(table, keys, reference)
             files.append(write_csv(comparison, out_dir / f"{name}_vs_paper.csv"))
     if "figure" in spec:
-        figure = FIGURES[spec["figure"]["kind"]](spec["figure"], inputs, spec["title"])
+        figure = FIGURES[spec["figure"]["kind"]](spec["figure"], inputs, spec["title"],
+                                                 reference)
         files.append(save_figure(figure, out_dir / f"{name}.png"))
     write_json(out_dir / "summary.json", {"name": name, "title": spec["title"],
                                           "agreement": agreement,
