@@ -74,8 +74,10 @@ def observe(model, x, y, **defense) -> attacks.Observation:
 
 
 def test_arguments_are_checked(digits_splits):
-    with pytest.raises(ValueError, match="'variant': 'z/x' is not one of"):
-        attacks.build("gias", variant="z/x")
+    with pytest.raises(ValueError, match="'variant': 'x/z' is not one of"):
+        attacks.build("gias", variant="x/z")
+    with pytest.raises(ValueError, match="giml's generator is the meta-learned one"):
+        attacks.build("giml", prior="untrained")
     with pytest.raises(ValueError, match="needs generator="):
         attacks.build("gias")
     model, x, y = victim_batches(digits_splits["train"], 1)[0]
@@ -106,6 +108,41 @@ def test_gi_z_is_the_latent_stage_of_gi_z_w(digits_splits, digits_generator):
     assert z_w.extra["iterations"] == {"z": 6, "w": 4} and z_w.iterations == 10
     assert z_w.loss_trace[:6] == z_only.loss_trace and len(z_w.loss_trace) == 10
     assert not torch.allclose(z_w.images, z_only.images)
+
+
+def test_gi_z_x_searches_pixels_from_the_image_of_the_best_latent(digits_splits,
+                                                                 digits_generator):
+    """GI-z/x (Fig. 3): GI-z's latent search, then GI-x's pixel search from G(z*), which
+    lowers the cost further."""
+    model, x, y = victim_batches(digits_splits["train"], 1, seed=1)[0]
+    obs = observe(model, x, y)
+    common = dict(generator=digits_generator, latent_iterations=6, restarts=2, seed=3)
+    z_only = attacks.build("gias", variant="z", **common)(obs)
+    z_x = attacks.build("gias", variant="z/x", image_iterations=40, **common)(obs)
+    assert torch.equal(z_only.extra["latent"], z_x.extra["latent"])
+    assert z_x.extra["iterations"] == {"z": 6, "x": 40} and z_x.iterations == 46
+    assert z_x.loss_trace[:6] == z_only.loss_trace and z_x.restart == z_only.restart
+    print(f"cost: GI-z {z_only.loss_trace[-1]:.4f}, GI-z/x {z_x.loss_trace[-1]:.4f}")
+    assert z_x.loss_trace[-1] < z_only.loss_trace[-1]
+
+
+def test_an_untrained_prior_is_the_generator_architecture_with_seeded_weights():
+    """Table 1's GI-w "untrained": ``prior: untrained`` asks the pipeline for the prior's
+    architecture with DCGAN's initial weights, the same for the same seed."""
+    from fedleak import config
+    from fedleak.models.dcgan import untrained_generator
+
+    def needs(**params):
+        return attacks.needs("gias", config.resolve("attacks", "gias", params))
+
+    assert needs(variant="w", prior="untrained") == {"generator": "untrained_gan"}
+    assert needs(variant="z/w") == {"generator": "gan"}
+    assert needs(variant="x+BN", prior="untrained") == {}
+    a, b, c = (untrained_generator(16, 1, 8, seed) for seed in (0, 0, 1))
+    z = torch.randn(2, 16, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(a(z), b(z)) and not torch.allclose(a(z), c(z))
+    assert not a.training and a(z).shape == (2, 1, 32, 32)
 
 
 def test_sparsified_cost_masks_the_trial_gradient(digits_splits):

@@ -215,6 +215,7 @@ def _describe(value: Any) -> str:
 ARTIFACTS = {
     "evalnet": "the trained evaluation network (Refiner §3.3; fedleak train-evalnet)",
     "gan": "a trained generator prior (fedleak train-gan)",
+    "untrained_gan": "the prior's architecture (gan:) with seeded initial weights, untrained",
     "giml_generator": "the generator meta-learned from client gradients (GIML; fedleak train-giml)",
     "public_data": "public labelled images (x, y), the prepared dataset's public split",
     "bn_proxy": "BatchNorm statistics of public images (GradInversion BN_proxy)",

@@ -14,6 +14,7 @@ from fedleak.attacks import (  # noqa: F401  (registration)
     gradinversion,
     idlg,
     inverting_gradients,
+    rgap,
 )
 from fedleak.attacks.base import Reconstruction, available, build, needs
 from fedleak.attacks.early_stopping import Stopper

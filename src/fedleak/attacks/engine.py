@@ -19,12 +19,14 @@ seeded ``attack.seed + v``, as the attack built with that seed does on it alone.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.func import vmap
 from tqdm import tqdm
@@ -39,7 +41,6 @@ from fedleak.attacks.objectives import (
     RESIDUAL_DISTANCES,
     Candidate,
     GradientProducts,
-    check_distance,
     penalty,
 )
 from fedleak.attacks.optimization import Objective, Trajectory, last_recorded, optimize
@@ -97,7 +98,9 @@ class Stage:
     fixed: int = 0
 
     def __post_init__(self) -> None:
-        check_distance(self.distance)
+        if self.distance not in DISTANCES:
+            raise ValueError(f"distance must be one of {sorted(DISTANCES)}, got "
+                             f"{self.distance!r}")
 
     def images(self, variables: Variables) -> torch.Tensor:
         """The images (N, B, C, H, W) of N problems' variables (each (N, ...))."""
@@ -355,7 +358,7 @@ def _together(stage: Stage, objective: Callable[[Variables], torch.Tensor], star
                    project=projection, snapshot_at=snapshots,
                    render=lambda variables: stage.images(variables + constants),
                    stoppers=copies(stage.stopper, grid[0] if stage.joint else grid.numel()))
-    return _solution(stage, grid, run, constants)
+    return _solution(stage, grid, [run], constants)
 
 
 def _lockstep(stage: Stage, objective: Callable[[Variables], torch.Tensor], starts: Variables,
@@ -382,25 +385,24 @@ def _lockstep(stage: Stage, objective: Callable[[Variables], torch.Tensor], star
     # one problem in this thread: torch runs slower in another beside an idle one
     runs = ([run(0, evaluate)] if len(problems) == 1
             else in_lockstep([partial(run, p) for p in range(len(problems))], evaluate))
-    trace = torch.full((max(len(r.loss_trace) for r in runs), len(runs)), float("nan"),
-                       dtype=runs[0].loss_trace.dtype)
-    for p, r in enumerate(runs):
-        trace[:len(r.loss_trace), p] = r.loss_trace[:, 0]
-    together = Trajectory([torch.cat([r.variables[i] for r in runs]) for i in range(optimised)],
-                          trace, torch.cat([r.iterations for r in runs]),
-                          [r.stop_reasons[0] for r in runs],
-                          {t: torch.cat([r.snapshots[t] for r in runs]) for t in snapshots})
-    return _solution(stage, starts[0].shape[:2], together, flat[optimised:])
+    return _solution(stage, starts[0].shape[:2], runs, flat[optimised:])
 
 
-def _solution(stage: Stage, grid: torch.Size, run: Trajectory, constants: Variables) -> Solution:
-    """The Solution of V x R = ``grid`` problems from their trajectory (problems victim-major)."""
-    reasons = run.stop_reasons
-    return Solution(stage, [v.detach().unflatten(0, grid) for v in run.variables + constants],
-                    run.loss_trace.unflatten(1, grid).cpu(),
-                    run.iterations.unflatten(0, grid).cpu(),
+def _solution(stage: Stage, grid: torch.Size, runs: list[Trajectory], constants: Variables
+              ) -> Solution:
+    """The Solution of V x R = ``grid`` problems (victim-major) from their trajectories, of
+    all the problems or of one problem each (traces padded with NaN)."""
+    length = max(len(r.loss_trace) for r in runs)
+    trace = torch.cat([F.pad(r.loss_trace, (0, 0, 0, length - len(r.loss_trace)), value=math.nan)
+                       for r in runs], dim=1)
+    variables = [torch.cat(parts) for parts in zip(*(r.variables for r in runs))] + constants
+    reasons = [reason for r in runs for reason in r.stop_reasons]
+    return Solution(stage, [v.detach().unflatten(0, grid) for v in variables],
+                    trace.unflatten(1, grid).cpu(),
+                    torch.cat([r.iterations for r in runs]).unflatten(0, grid).cpu(),
                     [reasons[v * grid[1]:(v + 1) * grid[1]] for v in range(grid[0])],
-                    {t: s.unflatten(0, grid) for t, s in run.snapshots.items()})
+                    {t: torch.cat([r.snapshots[t] for r in runs]).unflatten(0, grid)
+                     for t in runs[0].snapshots})
 
 
 def image_start(obs: Observation, rng: torch.Generator) -> Variables:

@@ -13,6 +13,11 @@ as in the official code. Variants (Table 1, §5.1):
   (Eq. 7) from a fixed random z;
 - ``z/w``: GI-z/w (GIAS, Alg. 1): Eq. 5, then Eq. 7 with the found z fixed and
   one copy of the generator per image.
+- ``z/x``: GI-z/x (§5.1, Fig. 3): Eq. 5, then GI-x's pixel search starting from the
+  image G_w(z*) it found.
+
+``prior: untrained`` gives the generator variants the prior's architecture with its
+initial weights instead of the trained prior (Table 1's GI-w).
 
 Defaults (App. H): Adam with lr x0.1 at 3/8, 5/8 and 7/8 of each stage, eta_z = 3e-2,
 eta_w = 1e-3, eta_x = 0.1 (Inverting Gradients), lambda_TV = 1e-4, lambda_BN = 1e-4 (the
@@ -29,13 +34,14 @@ Departures: TV is the anisotropic mean |dx| + mean |dy| of the official code
 regulariser of the paper's GradInversion baseline (App. H), which couples
 restarts run in lockstep. As in the official code, the restarts of GI-z/w are
 those of the latent search: the parameter search runs once, from the best latent
-code (for a deterministic generator every restart of that stage is identical).
-GI-w draws a new z per restart.
+code (for a deterministic generator every restart of that stage is identical); GI-z/x's
+pixel search likewise. GI-w draws a new z per restart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -49,7 +55,7 @@ from fedleak.attacks.prior import frozen_copy, latent_dim, rendered, to_model_in
 from fedleak.types import Need, Observation
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
-SPACES = ("x", "z", "w", "z/w")
+SPACES = ("x", "z", "w", "z/w", "z/x")
 VARIANTS = SPACES + tuple(f"{s}+BN" for s in SPACES)
 FIRST_BN_WEIGHT = 10.0
 
@@ -95,15 +101,21 @@ class GIAS(Attack):
     needs = {"generator": Need("gan", when={"variant": tuple(v for v in VARIANTS
                                                          if not v.startswith("x"))})}
 
+    @classmethod
+    def needs_for(cls, params: Mapping[str, Any]) -> dict[str, str]:
+        """The latent variants' generator: the trained prior or its architecture untrained."""
+        kind = "gan" if params["prior"] == "trained" else "untrained_gan"
+        return {"generator": kind} if cls.needs["generator"].applies(params) else {}
+
     def __init__(self, *, variant: str, latent_iterations: int, parameter_iterations: int,
                  image_iterations: int, lr_z: float, lr_w: float, lr_x: float, tv: float,
                  bn: float, restarts: int, signed: bool, sparsity: float, distance: str,
-                 stopper: dict | None, generator: nn.Module | None = None,
+                 prior: str, stopper: dict | None, generator: nn.Module | None = None,
                  seed: int = 0) -> None:
         self.space, self.use_bn = variant.removesuffix("+BN"), variant.endswith("+BN")
         if self.space != "x":
             latent_dim(generator)
-        self.generator, self.variant = generator, variant
+        self.generator, self.variant, self.prior = generator, variant, prior
         self.latent_iterations, self.parameter_iterations = latent_iterations, parameter_iterations
         self.image_iterations, self.restarts = image_iterations, restarts
         self.lr_z, self.lr_w, self.lr_x, self.tv, self.bn = lr_z, lr_w, lr_x, tv, bn
@@ -163,14 +175,20 @@ class GIAS(Attack):
             out = victims.reconstructions(self._parameters(victims, codes))
             chosen = codes[torch.arange(len(out)), torch.tensor([rec.restart for rec in out])]
             return self._noted(out, chosen, [{"w": rec.iterations} for rec in out])
-        latent = victims.solve(self.stage(victims, "z"))  # z/w: Eq. 7 from the best z of Eq. 5
+        latent = victims.solve(self.stage(victims, "z"))  # z/w, z/x: from the best z of Eq. 5
         best = latent.best_restart()
         codes = latent.chosen(best)[0]
-        out = victims.reconstructions(self._parameters(victims, codes.unsqueeze(1)))
+        if self.space == "z/w":
+            second = self._parameters(victims, codes.unsqueeze(1))
+        else:
+            with torch.no_grad():
+                start = latent.stage.images([codes]).clamp(0, 1)
+            second = victims.solve(self.stage(victims, "x"), [start.unsqueeze(1)])
+        out = victims.reconstructions(second)
         iterations = []
         for v, rec in enumerate(out):
             first = latent.trace(v, int(best[v]))
-            iterations.append({"z": len(first), "w": rec.iterations})
+            iterations.append({"z": len(first), self.space[-1]: rec.iterations})
             rec.loss_trace, rec.iterations = first + rec.loss_trace, len(first) + rec.iterations
             rec.restart = int(best[v])
         return self._noted(out, codes, iterations)

@@ -65,8 +65,7 @@ def conv_blocks(generator: nn.Module) -> list[nn.Sequential]:
     starts = [i for i, m in enumerate(net) if isinstance(m, nn.ConvTranspose2d)]
     if not starts or starts[0] != 0:
         raise ValueError("generator.net must start with a ConvTranspose2d layer")
-    ends = starts[1:] + [len(net)]
-    return [net[a:b] for a, b in zip(starts, ends)]
+    return [net[a:b] for a, b in zip(starts, starts[1:] + [len(net)])]
 
 
 def l1_projection(ratio: float):

@@ -33,8 +33,9 @@ how S is collected: each Observation carries its own model.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
+from typing import Any
 
 import torch
 from torch import nn
@@ -43,7 +44,7 @@ from fedleak.attacks.base import register
 from fedleak.attacks.bn_statistics import preserved_buffers
 from fedleak.attacks.engine import Stage, Victims
 from fedleak.attacks.gias import GIAS, MILESTONES
-from fedleak.attacks.optimization import optimize
+from fedleak.attacks.optimization import last_recorded, optimize
 from fedleak.attacks.prior import frozen_copy, latent_dim, rendered, to_model_input
 from fedleak.types import Need, Observation
 
@@ -85,7 +86,8 @@ def adapt(meta: nn.Module, tasks: Sequence[Observation], *, latent_iterations: i
     trajectory = optimize(list(adapted.parameters()), integrated_cost, optimizer="adam",
                           lr=lr_w, iterations=parameter_iterations, milestones=MILESTONES)
     return adapted, {"latent_loss": latent_losses,
-                     "parameter_loss": float(trajectory.final_loss()[0])}
+                     "parameter_loss": float(last_recorded(trajectory.loss_trace,
+                                                           trajectory.iterations)[0])}
 
 
 def _outer_step(meta: nn.Module, meta_opt: torch.optim.Optimizer,
@@ -149,3 +151,11 @@ class GIML(GIAS):
     """GIAS with the generator produced by :func:`meta_learn_generator` (GI-z/w by default)."""
 
     needs = {"generator": Need("giml_generator")}
+
+    @classmethod
+    def needs_for(cls, params: Mapping[str, Any]) -> dict[str, str]:
+        """Its meta-learned generator (asked for before any job runs)."""
+        if params.get("prior", "trained") != "trained":
+            raise ValueError(f"giml's generator is the meta-learned one; expected prior "
+                             f"'trained', got {params['prior']!r} (gias takes 'untrained')")
+        return {"generator": "giml_generator"}

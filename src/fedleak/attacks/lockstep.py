@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -74,25 +75,14 @@ def in_lockstep(runs: list[Callable[[Objective], Trajectory]],
     caller's thread once every problem still running waits, and problem p's objective
     returns its (1,) and (1, ...) rows ``loss[p:p + 1]``, ``g[p:p + 1]``."""
     lockstep = _Lockstep(len(runs))
-    results: list[Trajectory | None] = [None] * len(runs)
-    errors: list[BaseException] = []
 
-    def work(problem: int) -> None:
+    def work(problem: int) -> Trajectory:
         try:
-            results[problem] = runs[problem](lockstep.objective(problem))
-        except BaseException as error:  # re-raised in the caller's thread
-            errors.append(error)
+            return runs[problem](lockstep.objective(problem))
         finally:
             lockstep.leave(problem)
 
-    threads = [threading.Thread(target=work, args=(p,), daemon=True) for p in range(len(runs))]
-    for thread in threads:
-        thread.start()
-    try:
+    with ThreadPoolExecutor(len(runs)) as pool:  # waits for every thread, even on an error
+        futures = [pool.submit(work, p) for p in range(len(runs))]
         lockstep.serve(evaluate)
-    finally:
-        for thread in threads:
-            thread.join()
-    if errors:
-        raise errors[0]
-    return results
+    return [future.result() for future in futures]  # a problem's error raised here

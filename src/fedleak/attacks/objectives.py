@@ -115,11 +115,6 @@ REGULARIZERS: dict[str, Callable[[Candidate], torch.Tensor]] = {
 }
 
 
-def check_distance(distance: str) -> None:
-    if distance not in DISTANCES:
-        raise ValueError(f"distance must be one of {sorted(DISTANCES)}, got {distance!r}")
-
-
 def penalty(weights: Mapping[str, float] | None) -> Callable[[Candidate], torch.Tensor]:
     """``sum of weight * regulariser(candidate)`` in the order of ``weights`` (regulariser
     name -> weight); every name checked now."""

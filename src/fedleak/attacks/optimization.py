@@ -33,9 +33,6 @@ class Trajectory:
     stop_reasons: list[str]
     snapshots: dict[int, torch.Tensor] = field(default_factory=dict)
 
-    def final_loss(self) -> torch.Tensor:
-        return last_recorded(self.loss_trace, self.iterations)
-
 
 def last_recorded(trace: torch.Tensor, iterations: torch.Tensor) -> torch.Tensor:
     """Each problem's last recorded loss (``iterations``' shape) of a trace (T, ...); inf
@@ -79,10 +76,7 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
-    if optimizer == "lbfgs":
-        opt = torch.optim.LBFGS(variables, lr=lr)
-    else:
-        opt = torch.optim.Adam(variables, lr=lr)
+    opt = (torch.optim.LBFGS if optimizer == "lbfgs" else torch.optim.Adam)(variables, lr=lr)
     if lr_factor is not None:
         schedule = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     else:
@@ -123,7 +117,7 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
             loss = closure()
             opt.step()
         schedule.step()
-        if stoppers is not None and (loss.ndim != 1 or len(loss) % len(stoppers)):
+        if stoppers is not None and len(loss) % len(stoppers):
             raise ValueError(f"{len(stoppers)} stoppers need a multiple of as many stacked "
                              f"problems, got a loss of shape {tuple(loss.shape)}")
         with torch.no_grad():

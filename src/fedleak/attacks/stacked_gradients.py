@@ -192,11 +192,6 @@ def _converted(module: nn.Module, tape: _Tape, prefix: str = "") -> nn.Module:
     return converted
 
 
-def _rowwise_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """(V,) <a[v], b[v]> of two (V, ...) tensors, one BLAS dot per row (no temporary)."""
-    return torch.stack([torch.dot(x, y) for x, y in zip(a.flatten(1), b.flatten(1))])
-
-
 def _positions(t: torch.Tensor) -> torch.Tensor:
     """A Linear layer's (P * B, ..., F) input or output as (P * B, positions, F)."""
     return t.reshape(len(t), -1, t.shape[-1])
@@ -350,7 +345,8 @@ class StackedModel:
         for name, g in zip(self.tape.copies, copied):
             add(by_victim(g), targets[name].flatten(1).unsqueeze(1))
         if self._target_sq[0] is not targets:
-            norms = sum(_rowwise_dot(t, t) for t in targets.values())
+            norms = sum(torch.stack([torch.dot(row, row) for row in t.flatten(1)])
+                        for t in targets.values())  # one BLAS dot a row, no temporary
             self._target_sq = (targets, norms.repeat_interleave(restarts))
         return GradientProducts(dot=dot, trial_sq=trial_sq, residual_sq=residual_sq,
                                 target_sq=self._target_sq[1], layers=len(targets))

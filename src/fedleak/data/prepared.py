@@ -76,15 +76,21 @@ def prepare(name: str, out_dir: str | Path, options: dict, splits: dict[str, flo
     return manifest
 
 
+def read_manifest(data_dir: str | Path) -> dict:
+    """The manifest of a prepared folder (FileNotFoundError saying how to make it)."""
+    data_dir = Path(data_dir)
+    if not (data_dir / MANIFEST).is_file():
+        raise FileNotFoundError(f"no prepared dataset at {data_dir} (missing {MANIFEST}); "
+                                f"run `fedleak prepare-data --dataset {data_dir.name}` (or "
+                                f"snakemake, which re-creates it) first")
+    return read_json(data_dir / MANIFEST)
+
+
 def load_prepared(data_dir: str | Path, split: str, verify: bool = True) -> ImageData:
     """Read one split of a prepared folder, checking it against the manifest."""
     data_dir = Path(data_dir)
     manifest_path = data_dir / MANIFEST
-    if not manifest_path.is_file():
-        raise FileNotFoundError(f"no prepared dataset at {data_dir} (missing {MANIFEST}); "
-                                f"run `fedleak prepare-data --dataset {data_dir.name}` (or "
-                                f"snakemake, which re-creates it) first")
-    manifest = read_json(manifest_path)
+    manifest = read_manifest(data_dir)
     try:
         splits = manifest["splits"]
         entry = splits[split] if split in splits else None
@@ -128,8 +134,4 @@ def _load_npy(path: Path) -> np.ndarray:
 
 def attribute_classes(data_dir: str | Path) -> dict[str, int]:
     """Attribute name -> class count of a prepared folder (empty: no attributes)."""
-    manifest_path = Path(data_dir) / MANIFEST
-    if not manifest_path.is_file():
-        raise FileNotFoundError(f"no prepared dataset at {data_dir} (missing {MANIFEST}); "
-                                f"run `fedleak prepare-data` first")
-    return dict(read_json(manifest_path).get("attributes", {}))
+    return dict(read_manifest(data_dir).get("attributes", {}))

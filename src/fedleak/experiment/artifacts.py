@@ -90,6 +90,14 @@ def _giml(job: Job) -> Path:
     return paths.giml_file(job.results, job.case)
 
 
+def _untrained_gan(job: Job) -> models.Generator:
+    """The prior's architecture for the GAN dataset's channels, untrained (``gan.seed``)."""
+    spec = job.config["gan"]
+    channels = data.read_manifest(paths.data_dir(job.results, spec["dataset"]))["shape"][0]
+    return models.dcgan.untrained_generator(spec["latent_dim"], channels, spec["width"],
+                                            spec["seed"])
+
+
 def _zoo_files(job: Job) -> list[Path]:
     return [paths.zoo_file(job.results, job.case, job.seed, r)
             for r in job.config["attribute"]["rounds"]]
@@ -105,6 +113,9 @@ KINDS: dict[str, Kind] = {
                     lambda job, _: models.evalnet.load_evaluation_network(_evalnet(job))),
     "gan": Kind(lambda job: [_gan(job)],
                 lambda job, _: models.dcgan.load_generator(_gan(job))),
+    "untrained_gan": Kind(lambda job: [paths.data_manifest(job.results,
+                                                           job.config["gan"]["dataset"])],
+                          lambda job, _: _untrained_gan(job)),
     "giml_generator": Kind(lambda job: [_giml(job)],
                            lambda job, _: models.dcgan.load_generator(_giml(job))),
     "public_data": Kind(lambda job: [paths.data_manifest(job.results, job.dataset)],

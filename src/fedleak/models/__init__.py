@@ -1,17 +1,19 @@
-"""Models: LeNet (DLG), ResNet-10/18/34 (CIFAR stem), RecUP-FL's attribute CNN and tabular
-MLP, the Refiner evaluation network, DCGAN."""
+"""Models: LeNet (DLG), ResNet-10/18/34 (CIFAR stem), R-GAP's CNN6/CNN10, RecUP-FL's
+attribute CNN and tabular MLP, the Refiner evaluation network, DCGAN."""
 
 from __future__ import annotations
 
 from torch import nn
 
 from fedleak.models.attribute import AttributeCNN, TabularFC
+from fedleak.models.cnn import CNN
 from fedleak.models.dcgan import Discriminator, Generator
 from fedleak.models.evalnet import EvaluationNetwork
 from fedleak.models.lenet import LeNet
 from fedleak.models.resnet import ResNet
 
-CLASSIFIERS = ("lenet", "resnet10", "resnet18", "resnet34", "attribute_cnn", "tabular_fc")
+CLASSIFIERS = ("lenet", "resnet10", "resnet18", "resnet34", "cnn6", "cnn10", "attribute_cnn",
+               "tabular_fc")
 
 
 def build(name: str, channels: int, num_classes: int, image_size: int,
@@ -37,8 +39,10 @@ def build(name: str, channels: int, num_classes: int, image_size: int,
                          f"input_shape {tuple(shape)}")
     if name == "lenet":
         return LeNet(channels, num_classes, image_size, **options)
+    if name in ("cnn6", "cnn10"):
+        return CNN(int(name[3:]), channels, num_classes, image_size, **options)
     return ResNet(int(name[6:]), channels, num_classes, image_size, **options)
 
 
-__all__ = ["CLASSIFIERS", "AttributeCNN", "Discriminator", "EvaluationNetwork", "Generator",
-           "LeNet", "ResNet", "TabularFC", "build"]
+__all__ = ["CLASSIFIERS", "CNN", "AttributeCNN", "Discriminator", "EvaluationNetwork",
+           "Generator", "LeNet", "ResNet", "TabularFC", "build"]

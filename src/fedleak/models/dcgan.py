@@ -53,6 +53,16 @@ def init_weights(module: nn.Module) -> None:
         nn.init.zeros_(module.bias)
 
 
+def untrained_generator(latent_dim: int, channels: int, width: int, seed: int) -> Generator:
+    """A generator of the prior's architecture with DCGAN's initial weights drawn from
+    ``seed``, not trained (GIAS Table 1's GI-w "untrained"), in eval mode."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        net = Generator(latent_dim, channels, width)
+        net.apply(init_weights)
+    return net.eval()
+
+
 def train_dcgan(images: torch.Tensor, *, epochs: int, batch_size: int, lr: float,
                 latent_dim: int, width: int, seed: int, progress: bool = True
                 ) -> tuple[Generator, list[dict]]:

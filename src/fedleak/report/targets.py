@@ -223,7 +223,7 @@ def line_figure(spec: dict, inputs: TargetInputs, title: str,
         for value, curve in (part.groupby(hue, sort=True) if hue else [(y, part)]):
             ours, theirs = (curve[curve["_ours"] == k].sort_values(x) for k in (True, False))
             style = styles[value]
-            ax.plot(ours[x], ours[y], **style, label=str(value) if hue else None)
+            ax.plot(ours[x], ours[y], **style, label=str(value) if hue else "ours")
             ax.plot(theirs[x], theirs[y], **{**style, "linestyle": "none"},
                     markerfacecolor="none", label=f"_paper {value}")
         ax.set(title=label, xlabel=x, ylabel=LABELS.get(y, LABELS.get(split_metric(y)[0], y)))
@@ -269,7 +269,7 @@ def history_figure(spec: dict, inputs: TargetInputs, title: str,
     fig, ax = plt.subplots(figsize=(6.5, 3.8), layout="constrained")
     for value, curve in (data.groupby(hue, sort=True) if hue else [(y, data)]):
         ax.plot(curve["round"], curve[y], **styles[value], markevery=0.1,
-                label=str(value) if hue else None)
+                label=str(value) if hue else "ours")
     ax.set(xlabel="round", ylabel=LABELS.get(y, y))
     log_if_spread(ax, "y", data[y].dropna())
     return finish(fig, _title(title, inputs.history), hue)
@@ -298,19 +298,29 @@ def _row_label(row: pd.Series) -> str:
 
 def trace_figure(spec: dict, inputs: TargetInputs, title: str,
                  reference: dict | None = None) -> Figure:
-    """The attack's loss against the iteration for the picked victims, one panel per row."""
-    picked = _picked(spec, inputs)
-    styles = series_styles(f"victim {v}" for _, victims in picked for v in victims)
-    fig, axes = plt.subplots(1, len(picked), squeeze=False, layout="constrained",
-                             figsize=(4.8 * len(picked) + 1.5, 3.8))
-    for ax, (row, victims) in zip(axes[0], picked, strict=True):
+    """The attack's loss against the iteration for the picked victims: one panel per row, a
+    curve per victim; with ``hue`` (e.g. ``attack``) one panel per victim of the rows alike
+    in all else, a curve per value of ``hue`` (GIAS Fig. 3(b))."""
+    hue = spec.get("hue")
+    keys = [k for k in ("case", "defense", "strength", "series", "seed", "attack") if k != hue]
+    curves = []  # (panel, panel title, label, trace)
+    for row, victims in _picked(spec, inputs):
         traces = read_json(Path(row["details"]) / f"traces_{row['attack']}.json")
         for v in victims:
-            ax.plot(range(1, len(traces[v]) + 1), traces[v], **styles[f"victim {v}"],
-                    markevery=0.1, label=f"victim {v}")
-        ax.set(title=_row_label(row), xlabel="iteration", ylabel="gradient distance",
-               yscale="log")
-    return finish(fig, _title(title, inputs.details))
+            if hue:
+                panel = (*(row[k] for k in keys), v)
+                curves.append((panel, f"{row['dataset']} / victim {v}", str(row[hue]), traces[v]))
+            else:
+                curves.append((row.name, _row_label(row), f"victim {v}", traces[v]))
+    panels = list(dict.fromkeys(panel for panel, *_ in curves))
+    styles = series_styles(label for _, _, label, _ in curves)
+    fig, axes = plt.subplots(1, max(1, len(panels)), squeeze=False, layout="constrained",
+                             figsize=(4.8 * max(1, len(panels)) + 1.5, 3.8))
+    for panel, name, label, trace in curves:
+        ax = axes[0][panels.index(panel)]
+        ax.plot(range(1, len(trace) + 1), trace, **styles[label], markevery=0.1, label=label)
+        ax.set(title=name, xlabel="iteration", ylabel="gradient distance", yscale="log")
+    return finish(fig, _title(title, inputs.details), hue)
 
 
 def snapshots_figure(spec: dict, inputs: TargetInputs, title: str,
