@@ -52,6 +52,24 @@ BAD = [
      ["'cases[1]'", "the same case as 'cases[0]'", "iid"]),
     ("case_name_key", "cases: [{dataset: digits, model: lenet, name: ../x}]\n",
      ["unknown key 'cases[0].name'", "'dataset'"]),
+    # GIAS Fig. 6: GIML's kept steps and the prior's dataset, before any job
+    ("giml_step_not_kept", "attacks: {g: {attack: giml, step: 3}}\n"
+     "giml: {outer_steps: 4, checkpoints: [0, 2]}\n",
+     ["'attacks.g.step'", "GIML step 3 is not kept", "expected one of [0, 2, 4]"]),
+    ("swept_giml_step_not_kept", "attacks: {g: {attack: giml}}\ngiml: {outer_steps: 4}\n"
+     "targets: {t: {title: t, select: [{attacks: [g], sweep: {attacks.g.step: [0]}}]}}\n",
+     ["sweep[attacks.g.step]", "GIML step 0 is not kept", "expected one of [4]"]),
+    ("step_on_gias", "attacks: {g: {attack: gias, step: 2}}\n",
+     ["'attacks.g.step'", "gias has none", "expected null"]),
+    ("giml_checkpoint_after_the_last_step", "giml: {outer_steps: 4, checkpoints: [0, 5]}\n",
+     ["'giml.checkpoints'", "step 5", "0..4"]),
+    ("prior_dataset_unknown", "attacks: {g: {attack: gias, prior_dataset: cifar}}\n",
+     ["'attacks.g.prior_dataset'", "'cifar'", "is not one of"]),
+    ("prior_dataset_without_the_gan_split", "attacks: {g: {attack: gias, prior_dataset: "
+     "natural}}\n", ["'attacks.g.prior_dataset'", "'natural'", "'gan.split' 'public'",
+                     "['test', 'train']"]),
+    ("prior_dataset_on_giml", "attacks: {g: {attack: giml, prior_dataset: natural}}\n",
+     ["'attacks.g.prior_dataset'", "meta-learned", "expected null"]),
 ]
 
 

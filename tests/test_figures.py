@@ -11,7 +11,13 @@ import pytest
 from fedleak.report.attribute import attribute_tradeoff
 from fedleak.report.figures import censor_tradeoff, pmm_vs_psnr, tradeoff_panels
 from fedleak.report.style import series_style, series_styles
-from fedleak.report.targets import TargetInputs, history_figure, line_figure, tradeoff_figure
+from fedleak.report.targets import (
+    TargetInputs,
+    history_figure,
+    layers_figure,
+    line_figure,
+    tradeoff_figure,
+)
 
 DEFENSES = ["none", "censor", "censor_alg1", "censor_official", "clipping", "dp_gaussian",
             "dp_laplace", "pruning", "quantization", "recupfl", "refiner", "soteria"]
@@ -54,6 +60,20 @@ def _history() -> pd.DataFrame:
                          for k in range(12) for r in range(5)])
 
 
+def _layers() -> pd.DataFrame:
+    """R-GAP's errors per layer (input first) for two victims of CNN6 and CNN10, plain and
+    with the prior on the first layer; a GIAS row without per-layer errors."""
+    rows = [{"case": f"digits-{m}", "dataset": "digits", "model": m, "defense": "none",
+             "strength": 0.0, "series": "", "seed": 0, "attack": a, "victim": v, "psnr": 30.0,
+             "layer_errors": [(0.3 if a == "rgap_prior1" and r == 0 else 1e-6 * 10 ** (-r / 3))
+                              * (1 + v) for r in range(depth + 1)]}
+            for m, depth in (("cnn6", 6), ("cnn10", 10)) for a in ("rgap", "rgap_prior1")
+            for v in (0, 1)]
+    return pd.DataFrame([*rows, {"case": "digits-cnn6", "dataset": "digits", "model": "cnn6",
+                                 "defense": "none", "strength": 0.0, "series": "", "seed": 0,
+                                 "attack": "gias", "victim": 0, "psnr": 12.0}])
+
+
 def _figures() -> dict:
     tradeoff = _tradeoff()
     censor = tradeoff.pivot_table(index=["case", "defense", "strength"], columns="attack",
@@ -69,8 +89,12 @@ def _figures() -> dict:
         "attribute_tradeoff": attribute_tradeoff(_attribute()),
         "target_line": line_figure({"x": "threshold", "y": "psnr", "hue": "dataset"},
                                    inputs, "t", reference),
+        "target_metrics": line_figure({"x": "threshold", "y": ["psnr", "ssim"]}, inputs, "t",
+                                      reference),
         "target_tradeoff": tradeoff_figure({"y": "psnr"}, inputs, "t"),
         "target_history": history_figure({"y": "accuracy", "hue": "series"}, inputs, "t"),
+        "target_layers": layers_figure({"kind": "layers", "hue": "attack", "panels": "model"},
+                                       TargetInputs(_layers(), EMPTY, EMPTY, EMPTY), "t"),
     }
 
 
@@ -146,3 +170,26 @@ def test_figures_are_byte_identical(tmp_path: Path):
 
     paths = [save_figure(attribute_tradeoff(_attribute()), tmp_path / f"a{i}.png") for i in (0, 1)]
     assert paths[0].read_bytes() == paths[1].read_bytes()
+
+
+def test_a_line_figure_of_several_metrics_draws_a_curve_per_metric(figures):
+    fig = figures["target_metrics"]
+    assert set(_series(fig)) == {"PSNR (dB)", "SSIM"}
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert list(lines["SSIM"].get_ydata()) == [0.5, 0.5]
+    assert sorted(lines["_paper PSNR (dB)"].get_ydata()) == [9.0, 12.0]  # only PSNR's
+
+
+def test_a_layers_figure_draws_the_median_error_per_layer_on_a_log_axis(figures):
+    """GIAS Figs. A1, A2: one panel per model, one curve per attack over its layers (input
+    first), the median of the victims on a log y axis; rows without layer errors are left out."""
+    fig = figures["target_layers"]
+    assert [ax.get_title() for ax in fig.axes] == ["model = cnn10", "model = cnn6"]
+    assert all(ax.get_yscale() == "log" for ax in fig.axes)
+    assert set(_series(fig)) == {"rgap", "rgap_prior1"}
+    cnn6 = {line.get_label(): line for line in fig.axes[1].get_lines()}
+    assert list(cnn6["rgap"].get_xdata()) == list(range(1, 8))
+    assert np.allclose(cnn6["rgap_prior1"].get_ydata()[0], 0.3 * 1.5)  # median of 0.3, 0.6
+    assert np.allclose(cnn6["rgap"].get_ydata(), [1.5e-6 * 10 ** (-r / 3) for r in range(7)])
+    empty = layers_figure({"kind": "layers"}, TargetInputs(_victims(), EMPTY, EMPTY, EMPTY), "t")
+    assert "no per-layer errors" in empty.axes[0].texts[0].get_text()

@@ -10,6 +10,10 @@ and the meta update is Alg. 2's own w <- w - beta (w - w') with beta = 0.5
 and over 8 its sign-like first steps made the generator worse after 2-3 steps
 on one of two victim draws. Each evaluation runs GI-z/w (100 + 100 iterations,
 one start) on 4 of the 8 digits.
+
+The pipeline's part of Fig. 6 and Fig. A4 (tiny budgets, seconds): GIML's generator kept at
+'giml.checkpoints' and chosen by an attack's ``step``, a prior of another dataset
+(``prior_dataset``, its own train_gan job), and the figures' levels and aligned traces.
 """
 
 from __future__ import annotations
@@ -116,3 +120,229 @@ def test_meta_learned_generator_improves_gias_over_steps_and_over_random(digits_
           f"after step {STEPS} {psnr[STEPS]:.2f} dB")
     assert psnr[STEPS] > psnr[1] + 2.0
     assert psnr[STEPS] > untrained + 5.0
+
+
+# ---------------------------------------------------------------------------------------
+# GIAS Fig. 6 and Fig. A4 in the pipeline: GIML's generator kept at several outer steps
+# (attacks.<label>.step), against a prior trained on another dataset (prior_dataset) and
+# an untrained one. Tiny budgets: the phases and the artifacts' resolution, not the numbers.
+
+def fig6_config(**giml) -> dict:
+    """Victims: digits; GIML kept at steps 0, 1 and the final 3; GI-z/w with the prior of
+    digits (gan.dataset) and of natural crops (a wrong prior); GI-w untrained."""
+    from fedleak import config as cfg
+
+    budget = {"latent_iterations": 2, "parameter_iterations": 2, "restarts": 1}
+    return cfg.validate({
+        "threads": 1,
+        "datasets": {"digits": {"channels": 1}, "natural": {"channels": 3, "count": 60}},
+        "cases": [{"dataset": "digits", "model": "lenet",
+                   "partition": {"kind": "iid", "clients": 2}}],
+        "fl": {"seeds": [0], "rounds": 1},
+        "defenses": {"none": {"strengths": [0]}},
+        "attack": {"victims": 1, "seeds": [0], "grid_victims": 1, "metrics": ["psnr"]},
+        "attacks": {"giml_zw": {"attack": "giml", **budget},
+                    "right_zw": {"attack": "gias", **budget},
+                    "wrong_zw": {"attack": "gias", "prior_dataset": "natural", **budget},
+                    "untrained_w": {"attack": "gias", "variant": "w", "prior": "untrained",
+                                    **budget}},
+        "giml": {"observations": 2, "outer_steps": 3, "checkpoints": [0, 1],
+                 "latent_iterations": 2, "parameter_iterations": 2, "latent_dim": 16,
+                 "width": 8, **giml},
+        "gan": {"dataset": "digits", "split": "train", "epochs": 1, "width": 8,
+                "latent_dim": 16},
+        "targets": {"fig6": {
+            "title": "Fig. 6(b)",
+            "select": [{"attacks": ["giml_zw"], "sweep": {"attacks.giml_zw.step": [0, 1, 3]}},
+                       {"attacks": ["right_zw", "wrong_zw", "untrained_w"]}],
+            "figure": {"kind": "line", "x": "step", "y": "psnr", "hue": "attack"}}},
+    })
+
+
+CASE = "digits-lenet-iid-k2"
+
+
+def _prepared(tmp_path, conf):
+    """The digits and natural splits, and a round-0 LeNet where the FL run would save it."""
+    from fedleak import data
+    from fedleak.experiment import paths, phases, plan
+    from fedleak.utils.io import save_torch
+
+    for dataset in ("digits", "natural"):
+        phases.prepare_data(conf, tmp_path, dataset)
+    train = data.load_prepared(paths.data_dir(tmp_path, "digits"), "train")
+    torch.manual_seed(0)
+    model = phases.build_model(plan.find_case(conf, CASE), train)
+    save_torch(paths.checkpoint(tmp_path, CASE, plan.NONE, 0, 0), model.state_dict())
+    return model
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_giml_keeps_its_checkpoints_and_the_step_parameter_selects_one(tmp_path):
+    """Fig. 6(a)/(b): train-giml keeps the generator at 'giml.checkpoints' (0: the random
+    start) and the final step, distinct, with one sample row per step from the same codes;
+    attacks.<label>.step loads that step's weights, null the final."""
+    from PIL import Image
+
+    from fedleak.experiment import paths, phases, plan
+    from fedleak.experiment.artifacts import Job, attack_inputs, build_attack
+    from fedleak.models.dcgan import load_generator
+    from fedleak.utils.io import ArtifactError, load_torch, read_json
+
+    conf = fig6_config()
+    model = _prepared(tmp_path, conf)
+    phases.train_giml(conf, tmp_path, CASE)
+    out = paths.giml_file(tmp_path, CASE)
+    saved = load_torch(out)
+    kept = saved["checkpoints"]
+    assert sorted(kept) == [0, 1, 3] and read_json(out.with_suffix(".json"))["checkpoints"] == [
+        0, 1, 3]
+    assert _same(kept[3], saved["generator"])
+    assert not any(_same(kept[a], kept[b]) for a, b in ((0, 1), (1, 3), (0, 3)))
+    width, height = Image.open(out.with_suffix(".png")).size
+    assert (width, height) == (8 * 34 + 2, 3 * 34 + 2)  # 8 samples x one row per step
+
+    steps = {}
+    for (case, setting), labels in plan.jobs(conf).items():
+        if "giml_zw" in labels:
+            job = Job(conf, tmp_path, case, setting, 0)
+            assert attack_inputs(job) == [out]
+            built = build_attack(job, "giml_zw", model, None, 0)
+            steps[setting.config_overrides.get("attacks.giml_zw.step")] = built.generator
+    assert sorted(steps, key=str) == [0, 1, 3]
+    for step, generator in steps.items():
+        assert _same(generator.state_dict(), kept[step]), step
+    assert _same(load_generator(out).state_dict(), saved["generator"])  # step null: the final
+    with pytest.raises(ArtifactError, match=r"holds no generator of GIML step 2 \(it holds "
+                                            r"steps \[0, 1, 3\]"):
+        load_generator(out, step=2)
+
+
+def test_a_prior_of_another_dataset_resolves_its_own_gan_file(tmp_path, capsys):
+    """Fig. 6's wrong prior: prior_dataset natural loads results/gan/natural.pt (trained by
+    `fedleak train-gan --dataset natural`, on 3-channel crops), gan.dataset's label
+    results/gan/digits.pt; the plan trains both and prepares both datasets."""
+    import yaml
+
+    from fedleak import cli
+    from fedleak.experiment import paths, phases, plan
+    from fedleak.experiment.artifacts import Job, attack_inputs, build_attack, kinds_needed
+    from fedleak.models.dcgan import load_generator
+
+    conf = fig6_config()
+    model = _prepared(tmp_path, conf)
+    job = Job(conf, tmp_path, CASE, plan.NONE, 0)
+    assert job.attacks == ("right_zw", "untrained_w", "wrong_zw")
+    gans = [paths.gan_file(tmp_path, d) for d in ("digits", "natural")]
+    assert kinds_needed(job) == {"gan", "gan:natural", "untrained_gan"}
+    assert attack_inputs(job) == sorted([*gans, paths.data_manifest(tmp_path, "digits")])
+    wanted = phases.outputs(conf, tmp_path)
+    assert wanted["gan"] == gans
+    assert wanted["data"] == [paths.data_manifest(tmp_path, d) for d in ("digits", "natural")]
+
+    path = tmp_path / "fig6.yaml"
+    path.write_text(yaml.safe_dump(conf))
+    assert cli.main(["train-gan", "--config", str(path), "--results", str(tmp_path),
+                     "--dataset", "natural"]) == 0, capsys.readouterr().err
+    assert gans[1].is_file() and not gans[0].is_file()
+    wrong = build_attack(job, "wrong_zw", model, None, 0).generator
+    assert _same(wrong.state_dict(), load_generator(gans[1]).state_dict())
+    assert wrong(torch.zeros(1, 16)).shape[1] == 3  # natural's channels; digits' model: 1
+    untrained = build_attack(job, "untrained_w", model, None, 0).generator
+    assert untrained(torch.zeros(1, 16)).shape[1] == 1  # gan.dataset's channels
+
+
+def test_two_prior_datasets_plan_two_train_gan_jobs(tmp_path):
+    """The Snakefile's dry run: one train_gan job per prior dataset, each told its dataset."""
+    import yaml
+    from test_pipeline import SNAKEMAKE, copy_project, run
+
+    root = copy_project(tmp_path / "project")
+    (root / "config" / "fig6.yaml").write_text(yaml.safe_dump(fig6_config()))
+    proc = run([*SNAKEMAKE, "-n", "-p", "--configfile", "config/fig6.yaml"], root)
+    assert proc.stdout.count("rule train_gan:") == 2, proc.stdout
+    for dataset in ("digits", "natural"):
+        assert f"train-gan --config results/config.resolved.json --dataset {dataset}" \
+            in proc.stdout
+    assert proc.stdout.count("rule train_giml:") == 1
+
+
+def test_a_series_its_selection_does_not_sweep_is_a_level_in_the_line_figure():
+    """Fig. 6(b): PSNR against the GIML step, the wrong prior and GI-w untrained (no step)
+    drawn as horizontal lines in their own colours."""
+    import pandas as pd
+
+    from fedleak.report.targets import TargetInputs, line_figure
+
+    frame = pd.DataFrame({"attack": ["giml_zw"] * 3 + ["wrong_zw", "untrained_w"],
+                          "step": [0, 1, 3, np.nan, np.nan],
+                          "psnr": [10.0, 12.0, 14.0, 11.0, 9.0]})
+    empty = pd.DataFrame()
+    fig = line_figure({"x": "step", "y": "psnr", "hue": "attack"},
+                      TargetInputs(frame, empty, empty, empty), "Fig. 6(b)")
+    lines = {}
+    for line in fig.axes[0].get_lines():
+        if len(line.get_xdata()):
+            lines.setdefault(line.get_label(), []).append(line)
+    assert list(lines["giml_zw"][0].get_ydata()) == [10.0, 12.0, 14.0]
+    for label, level in (("wrong_zw", 11.0), ("untrained_w", 9.0)):
+        flat = lines[label][0]
+        assert list(flat.get_xdata()) == [0, 1, 3] and list(flat.get_ydata()) == [level] * 3
+    styles = {label: (found[0].get_color(), found[0].get_marker(), found[0].get_linestyle())
+              for label, found in lines.items()}
+    assert len(set(styles.values())) == 3
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert sorted(legend) == ["giml_zw", "untrained_w", "wrong_zw"]
+
+
+def test_fig_a4_draws_the_attacks_of_one_uploads_in_one_panel_ending_together(tmp_path):
+    """Fig. A4: GI-z/w with GIML's generator (a setting with its own `step` override), the
+    wrong prior and GI-w untrained share a panel; ``align: end`` starts GI-w (no latent
+    search) where the others' parameter search starts."""
+    import pandas as pd
+
+    from fedleak.report.targets import TargetInputs, trace_figure
+    from fedleak.utils.io import write_json
+
+    runs = [("none~attacks.giml_zw.step=8", "giml_zw", 6), ("none", "wrong_zw", 6),
+            ("none", "untrained_w", 3)]
+    victims, details = [], []
+    for defense, attack, length in runs:
+        folder = tmp_path / defense
+        write_json(folder / f"traces_{attack}.json", [[1.0 / (i + 1) for i in range(length)]])
+        keys = {"case": "c", "dataset": "digits", "defense": defense, "strength": 0.0,
+                "series": "", "seed": 0, "attack": attack}
+        victims.append({**keys, "victim": 0, "ssim": 0.5})
+        details.append({**keys, "details": str(folder), "snapshots": []})
+    inputs = TargetInputs(pd.DataFrame(victims), pd.DataFrame(), pd.DataFrame(),
+                          pd.DataFrame(details))
+    spec = {"kind": "trace", "hue": "attack", "victims": 1, "pick": "first"}
+    fig = trace_figure({**spec, "align": "end"}, inputs, "Fig. A4")
+    assert len(fig.axes) == 1
+    starts = {line.get_label(): list(line.get_xdata()) for line in fig.axes[0].get_lines()}
+    assert starts == {"giml_zw": [1, 2, 3, 4, 5, 6], "wrong_zw": [1, 2, 3, 4, 5, 6],
+                      "untrained_w": [4, 5, 6]}
+    fig = trace_figure(spec, inputs, "Fig. A4")
+    assert [list(line.get_xdata())[0] for line in fig.axes[0].get_lines()] == [1, 1, 1]
+
+
+def test_giml_under_pruning_only_still_plans_the_undefended_run_it_learns_from():
+    """Fig. 6 attacks pruned uploads (sparsity 0.95) only: GIML's generator still learns
+    from the undefended FL run, which the plan trains (and the DAG can ask for)."""
+    from fedleak import config as cfg
+    from fedleak.experiment import plan
+
+    conf = cfg.validate({
+        "cases": [{"dataset": "digits", "model": "lenet",
+                   "partition": {"kind": "iid", "clients": 2}}],
+        "defenses": {"pruning": {"strengths": [0.95]}},
+        "attacks": {"giml_zw": {"attack": "giml"}, "wrong_zw": {"attack": "gias"}},
+        "targets": {"fig6": {"title": "t", "select": [{"defenses": ["pruning"]}]}}})
+    assert plan.fl_jobs(conf) == [(CASE, plan.NONE), (CASE, plan.Setting.of("pruning", 0.95))]
+    plan.check_setting(conf, CASE, plan.NONE)  # train_giml's Job
+    conf["attacks"].pop("giml_zw")
+    conf["targets"]["fig6"]["select"][0]["attacks"] = ["wrong_zw"]
+    assert plan.fl_jobs(conf) == [(CASE, plan.Setting.of("pruning", 0.95))]

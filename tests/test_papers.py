@@ -45,6 +45,23 @@ def test_epafl_plans_only_dlg_and_idlg_without_gan_or_evaluation_network(tmp_pat
     assert "MNIST" in proc.stderr  # the missing dataset is named, the dry run goes on
 
 
+def test_gias_plans_a_prior_per_dataset_giml_for_its_case_and_no_evaluation_network(tmp_path):
+    """`snakemake -n` on GIAS: a DCGAN prior for each dataset whose prior an attack names
+    (ImageNet, FFHQ, the wrong CIFAR-10), GIML's generator for the FFHQ case only, no
+    evaluation network, and every one of the ten targets."""
+    root = copy_project(tmp_path / "project")
+    proc = run([*shlex.split("snakemake -n --configfile config/paper/gias.yaml")], root)
+    jobs = re.findall(r"^(?:local)?rule (\w+):", proc.stdout, flags=re.M)
+    assert "train_evalnet" not in jobs
+    assert jobs.count("train_gan") == 3 and jobs.count("train_giml") == 1
+    gans = set(re.findall(r"results/gan/(\w+)\.pt", proc.stdout))
+    assert gans == {"imagenet", "ffhq", "cifar10"}
+    assert re.findall(r"results/giml/([\w-]+)\.pt", proc.stdout)[0].startswith("ffhq-resnet18")
+    targets = set(re.findall(r"results/targets/(\w+)", proc.stdout))
+    assert targets == {"table1", "fig1", "fig3", "fig4", "fig5", "fig6", "figa1", "figa2",
+                       "figa3", "figa4"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("paper", [p.stem for p in PAPERS])
 def test_readme_smoke_command_runs_every_target(paper, tmp_path):
@@ -59,7 +76,8 @@ def test_readme_smoke_command_runs_every_target(paper, tmp_path):
         folder = root / "results" / "targets" / name
         files = {p.name for p in folder.iterdir()}
         assert ("table" not in target) or f"{name}.csv" in files, (name, files)
-        assert ("figure" not in target) or f"{name}.png" in files, (name, files)
+        assert {f"{name}{panel}.png" for panel, _ in cfg.figure_specs(target)} <= files, (
+            name, files)
         assert (name not in config["reference"]) or f"{name}_vs_paper.csv" in files
     report = (root / "results" / "report.md").read_text()
     assert all(f"## {name}:" in report for name in config["targets"])

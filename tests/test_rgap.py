@@ -1,12 +1,15 @@
 """R-GAP (Zhu and Blaschko, ICLR 2021) on its CNN6/CNN10 and DLG's LeNet: the closed-form
 recursion recovers one digit from its undefended gradient, reports every layer's rank
 analysis and residual, refuses models outside its standard form and fails under noise
-(GIAS App. C, Fig. A2: the error grows toward the input)."""
+(GIAS App. C, Fig. A2: the error grows toward the input); with a generative prior (GIAS
+Eq. 11, Fig. A1) the lowest layers are solved through the generator, and the attack phase
+records every layer's error."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -108,3 +111,128 @@ def test_models_outside_the_standard_form_are_refused_by_name(digits):
     xs, ys = digits.x[:2], digits.y[:2]
     with pytest.raises(ValueError, match="batch_size 2 for CNN"):
         rgap(observe(seeded("cnn6", 32), xs, ys))
+
+
+class InRange(nn.Module):
+    """A generator that can represent ``truth`` exactly: G(z) = tanh(atanh(2 x - 1) + B z),
+    the truth at z = 0 (``to_model_input`` maps it back to x)."""
+
+    def __init__(self, truth: torch.Tensor, latent_dim: int = 16) -> None:
+        super().__init__()
+        self.latent_dim = latent_dim
+        self.register_buffer("base", torch.atanh(2 * truth - 1))
+        self.register_buffer("basis", 0.3 * torch.randn(latent_dim, *truth.shape[1:],
+                                                        generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.base + torch.einsum("bd,dchw->bchw", z, self.basis))
+
+
+def in_range_digit(digits, size: int = 16):
+    """A digit inside tanh's open range (pixels 0.01 .. 0.99), so that InRange reaches it."""
+    x, y = digit(digits, size)
+    return 0.01 + 0.98 * x, y
+
+
+def test_the_prior_solves_the_lowest_layers_through_the_generator(digits):
+    """GIAS Eq. 11, prior_layers k counted from the input: the convolutions above k are the
+    closed form's (the same errors, ~1e-7), convolution k's input is f_k(G(z*)) and every
+    layer below is G(z*)'s. A generator that can represent the digit brings the prior layers
+    to ~1e-2 (measured 0.009 at k = 1, 0.013 at k = 2, 200 steps); DCGAN's untrained weights
+    cannot (0.86)."""
+    x, y = in_range_digit(digits)
+    model = seeded("cnn6", 16)
+    obs = observe(model, x, y)
+    plain = layer_errors(model, x, attacks.build("rgap")(obs).extra["inputs"])
+    small = {"latent_iterations": 200, "latent_restarts": 2}
+    for k, bound in ((1, 0.03), (2, 0.05)):
+        rec = attacks.build("rgap", prior_layers=k, generator=InRange(x), **small)(obs)
+        errors = layer_errors(model, x, rec.extra["inputs"])
+        print(f"prior_layers {k}: per-layer errors (input first)", [f"{e:.2g}" for e in errors])
+        assert max(errors[:k]) < bound and errors[k:] == pytest.approx(plain[k:], rel=1e-6)
+        assert [layer["solved"] for layer in rec.extra["layers"]] == [
+            *["G(z*)"] * (k - 1), "latent search", *["pseudo-inverse"] * (6 - k), "head"]
+        inputs = rec.extra["inputs"]
+        assert torch.equal(rec.images[0], inputs[0])  # the image is G(z*), in [0, 1]
+        if k == 2:  # the searched layer's input is f_2(G(z*)): conv 1 and LeakyReLU of it
+            below = F.leaky_relu(model.body[0](rec.images), 0.2).detach()
+            assert torch.allclose(inputs[1].reshape(below.shape), below, atol=1e-6)
+        assert rec.stop_reason == "closed_form+latent_search"
+        assert rec.extra["layers"][k - 1]["rank"] == rec.extra["layers"][k - 1]["unknowns"]
+        assert rec.iterations == len(rec.loss_trace) == (7 - k) + 201  # layers, steps, final
+    untrained = models.dcgan.untrained_generator(16, 1, 8, 0)
+    again = [attacks.build("rgap", prior_layers=1, generator=untrained, **small)(obs)
+             for _ in range(2)]
+    assert layer_errors(model, x, again[0].extra["inputs"])[0] > 0.5
+    assert torch.equal(again[0].images, again[1].images)  # seeded: deterministic
+
+
+def test_prior_layers_beyond_the_convolutions_are_refused_before_any_work(digits):
+    class Untouchable(nn.Module):
+        latent_dim = 4
+
+        def forward(self, z):
+            raise AssertionError("the generator ran")
+
+    x, y = in_range_digit(digits)
+    obs = observe(seeded("cnn6", 16), x, y)
+    with pytest.raises(ValueError, match=r"prior_layers 7 exceeds the 6 convolution layers "
+                                         r"of CNN; expected 0 \.\. 6"):
+        attacks.build("rgap", prior_layers=7, generator=Untouchable())(obs)
+    with pytest.raises(ValueError, match="needs generator="):
+        attacks.build("rgap", prior_layers=1)
+    from fedleak import config
+
+    def needs(**params):
+        return attacks.needs("rgap", config.resolve("attacks", "rgap", params))
+
+    assert needs() == {} and needs(prior_layers=2) == {"generator": "gan"}
+    assert needs(prior_layers=1, prior_dataset="cifar10") == {"generator": "gan:cifar10"}
+
+
+def test_the_attack_phase_records_every_layers_error(digits, tmp_path):
+    """metrics.json's victim record holds layer_errors (input first) and the layer reports
+    of an attack whose reconstruction carries per-layer inputs, and the target frame reads
+    them; other attacks' records have none."""
+    from fedleak.experiment.phases import _victim_record
+    from fedleak.report.tables import ATTACK_KEYS, victim_rows
+    from fedleak.utils.io import write_json
+
+    x, y = in_range_digit(digits)
+    model = seeded("cnn6", 16)
+    obs = observe(model, x, y)
+    truth = (torch.tensor([0]), x, y)
+    rec = attacks.build("rgap", prior_layers=1, generator=InRange(x), latent_iterations=50,
+                        latent_restarts=1)(obs)
+    record, _ = _victim_record(0, truth, obs, rec, ["psnr"], None)
+    assert record["layer_errors"] == layer_errors(model, x, rec.extra["inputs"])
+    assert len(record["layer_errors"]) == 7 and all(map(math.isfinite, record["layer_errors"]))
+    assert [layer["solved"] for layer in record["layers"]][:2] == ["latent search",
+                                                                   "pseudo-inverse"]
+    other = attacks.Reconstruction(x, y, [1.0], 1, 0.0, "max_iterations")
+    assert "layer_errors" not in _victim_record(0, truth, obs, other, ["psnr"], None)[0]
+    path = tmp_path / "metrics.json"
+    write_json(path, {**{k: 0 for k in ATTACK_KEYS}, "runs": {
+        "rgap": {"victims": [record]},
+        "dlg": {"victims": [_victim_record(0, truth, obs, other, ["psnr"], None)[0]]}}})
+    rows = {row["attack"]: row for row in victim_rows(path)}
+    assert rows["rgap"]["layer_errors"] == record["layer_errors"]
+    assert "layer_errors" not in rows["dlg"]
+
+
+def test_the_latent_searchs_cost_is_the_closed_forms_system():
+    """Eq. 11's differentiable cost |A_r x - b_r|^2 / |b_r|^2 (patches and a convolution)
+    equals the sparse system the pseudo-inverse solves (padding and strides included)."""
+    from fedleak.attacks.rgap import _system, system_cost
+
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 5, 4, stride=2, padding=2, bias=False).double()
+    weight = conv.weight.detach()
+    x = torch.rand(2, 3, 9, 9, dtype=torch.float64)
+    out_shape = conv(x[:1]).shape[1:]
+    k, z = torch.randn(out_shape, dtype=torch.float64), torch.randn(out_shape, dtype=torch.float64)
+    grad = torch.randn_like(weight)
+    a, b, _ = _system(conv, weight, grad, None, k, z, (3, 9, 9))
+    expected = [np.square(a @ xi.flatten().numpy() - b).sum() / np.square(b).sum() for xi in x]
+    cost = system_cost(conv, weight, grad, None, k, z, device="cpu", dtype=torch.float64)(x)
+    assert cost.tolist() == pytest.approx(expected, rel=1e-10)

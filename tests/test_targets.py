@@ -38,8 +38,34 @@ def test_a_defense_parameter_sweep_is_a_short_override():
                       "refiner-0.1~beta=1000.0"]
 
 
+def test_a_selection_picks_cases_by_model_and_dataset():
+    """GIAS: the R-GAP figures select the CNN6/CNN10 cases, Table 1 the ResNet one of the same
+    dataset; one FL run per case, shared by the targets that select it."""
+    cases = [{"dataset": "digits", "model": m} for m in ("resnet10", "cnn6", "cnn10")]
+    built = config.validate({
+        "cases": cases, "attacks": {"rgap": {}, "dlg": {}},
+        "targets": {
+            "table1": {"title": "t", "select": [{"attacks": ["dlg"], "models": ["resnet10"]}],
+                       "table": {"rows": ["attack"], "metrics": ["psnr"]}},
+            "figa2": {"title": "t", "select": [{"attacks": ["rgap"], "datasets": ["digits"],
+                                                "models": ["cnn6", "cnn10"]}],
+                      "figure": {"kind": "layers", "hue": "attack", "panels": "model"}},
+            "figa1": {"title": "t", "select": [{"attacks": ["rgap"], "models": ["cnn6"]},
+                                               {"attacks": ["rgap"], "models": ["lenet"]}],
+                      "figure": {"kind": "layers"}}}})
+    selected = {name: sorted(p.case for p in plan.points(built) if p.target == name)
+                for name in built["targets"]}
+    assert selected == {"table1": ["digits-resnet10-iid-k10"],
+                        "figa2": ["digits-cnn10-iid-k10", "digits-cnn6-iid-k10"],
+                        "figa1": ["digits-cnn6-iid-k10"]}  # lenet: no case, nothing
+    jobs = plan.jobs(built)
+    assert jobs["digits-cnn6-iid-k10", Setting("none", 0)] == ("rgap",)
+    assert jobs["digits-resnet10-iid-k10", Setting("none", 0)] == ("dlg",)
+
+
 @pytest.mark.parametrize("select, key", [
     ({"attacks": ["idgl"]}, "targets.t.select[0].attacks"),
+    ({"models": ["cnn7"]}, "targets.t.select[0].models': 'cnn7'"),
     ({"sweep": {"datasets.digits.size": [8]}}, "cannot be swept"),
     ({"sweep": {"attacks.dlg.stopper.threshold": [1e-3]}}, "is not a path"),
     ({"sweep": {"attacks.dlg.iterations": [0]}}, "attacks.dlg.iterations"),
@@ -155,3 +181,70 @@ def test_a_line_figure_gives_each_hue_one_colour_in_every_panel():
                 if not line.get_label().startswith("_")} for ax in fig.axes]
     assert colours[0]["Q"] == colours[1]["Q"]
     assert len({*colours[0].values(), *colours[1].values()}) == 3
+
+
+def test_victims_with_distinct_labels_and_the_best_image_of_each_batch(tmp_path):
+    """GIAS Fig. 4 / Fig. 5 protocol: B images of B different labels per victim, and each
+    image metric's best image in the batch beside the batch mean."""
+    from fedleak.experiment.phases import _victim_batches
+    from fedleak.report.tables import victim_rows
+    from fedleak.utils.io import write_json
+
+    labels = np.repeat(np.arange(10), 30)
+    spec = {"victims": 12, "batch_size": 8, "distinct_labels": True}
+    batches = _victim_batches(labels, spec, np.random.default_rng(0))
+    assert all(len(set(labels[b])) == 8 for b in batches)
+    assert len(set(np.concatenate(batches))) == 96  # disjoint
+    again = _victim_batches(labels, spec, np.random.default_rng(0))
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))
+    plain = _victim_batches(labels, {**spec, "distinct_labels": False}, np.random.default_rng(0))
+    assert any(len(set(labels[b])) < 8 for b in plain)  # random batches repeat labels
+    with pytest.raises(ValueError, match="batch_size 11 .* at least 11 classes; the data have 10"):
+        _victim_batches(labels, {**spec, "batch_size": 11}, np.random.default_rng(0))
+
+    victim = {"victim": 0, "label": [1, 2], "predicted_label": [1, 2], "iterations": 3,
+              "wall_time": 0.1, "stop_reason": "budget", "psnr": 15.0,
+              "psnr_per_image": [10.0, 20.0], "mse": 0.2, "mse_per_image": [0.3, 0.1]}
+    path = tmp_path / "metrics.json"
+    write_json(path, {"case": "c", "setting": "none-0", "defense": "none", "strength": 0,
+                      "seed": 0, "runs": {"gi_x": {"victims": [victim]}}})
+    row = victim_rows(path)[0]
+    assert (row["psnr_best"], row["mse_best"]) == (20.0, 0.1)
+
+
+def test_a_target_may_draw_the_papers_panels_as_several_figures():
+    base = {"attacks": {"dlg": {}}}
+    figure = [{"kind": "line", "x": "attack", "y": ["psnr", "psnr_best"]},
+              {"kind": "trace", "hue": "attack"}]
+    checked = config.validate({**base, "targets": {"fig4": {
+        "title": "t", "select": [{}], "figure": figure}}})
+    assert [p for p, _ in config.figure_specs(checked["targets"]["fig4"])] == ["a", "b"]
+    with pytest.raises(config.ConfigError, match="several y metrics .* no hue"):
+        config.validate({**base, "targets": {"fig4": {"title": "t", "select": [{}], "figure": {
+            "kind": "line", "x": "attack", "y": ["psnr", "psnr_best"], "hue": "attack"}}}})
+
+
+def test_the_report_says_what_stands_in_for_the_papers_data_and_priors(tmp_path):
+    from fedleak.experiment.phases import substitutions
+    from fedleak.report.markdown import write_report
+
+    path = REPO / "config" / "paper" / "gias.yaml"
+    smoke = substitutions(config.validate({**config.read(path), "smoke": True}))
+    assert any(line.startswith("`imagenet` (3x64x64, 1000 classes) is the `digits` stand-in")
+               for line in smoke)
+    assert any("`cifar10`" in line and "FakeData" in line for line in smoke)  # a prior's data
+    assert "on the public split of cifar10, ffhq, imagenet" in smoke[-1]
+    full = substitutions(config.load(path))
+    assert len(full) == 1 and "DCGANs" in full[0]  # the real data; the priors still stand in
+    from fedleak.report.targets import TargetResult
+
+    target = TargetResult("fig1", "Fig. 1", None, None, {}, [])
+    report = write_report({}, [], [target], tmp_path / "report.md",
+                          substitutions=smoke).read_text()
+    assert "## Stand-ins\n\n- `cifar10`" in report
+
+
+def test_targets_follow_the_papers_numbering_the_appendix_last():
+    names = ["figa1", "fig10", "table1", "fig2", "figa3", "tablea1", "fig1", "table10"]
+    assert sorted(names, key=plan.target_order) == [
+        "table1", "table10", "tablea1", "fig1", "fig2", "fig10", "figa1", "figa3"]

@@ -51,7 +51,8 @@ COMMANDS = {
                      "prepare one dataset's splits", ["dataset"]),
     "train-evalnet": (lambda a, c: phases.train_evalnet(c, a.results, a.dataset),
                       "train Refiner's evaluation network for a dataset", ["dataset"]),
-    "train-gan": (lambda a, c: phases.train_gan(c, a.results), "train the DCGAN prior", []),
+    "train-gan": (lambda a, c: phases.train_gan(c, a.results, a.dataset),
+                  "train the DCGAN prior on a dataset (default: gan.dataset)", ["dataset?"]),
     "train-giml": (lambda a, c: phases.train_giml(c, a.results, a.case),
                    "meta-learn GIML's generator for a case", ["case"]),
     "fl-run": (lambda a, c: phases.run_fl(c, a.results, a.case, a.setting, a.seed),
@@ -113,12 +114,13 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--results", type=Path, default=Path("results"),
                            help="results folder (default: results)")
         for arg in needed:
+            optional, arg = arg.endswith("?"), arg.removesuffix("?")  # "dataset?": may be left out
             if arg == "configs":  # positional: fedleak targets config/paper/*.yaml
                 p.add_argument(arg, **ARGUMENTS[arg])
             elif arg == "root":
                 p.add_argument(f"--{arg}", **ARGUMENTS[arg])
             else:
-                p.add_argument(f"--{arg}", required=True, **ARGUMENTS[arg])
+                p.add_argument(f"--{arg}", required=not optional, **ARGUMENTS[arg])
         p.set_defaults(func=func)
     return parser
 

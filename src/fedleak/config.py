@@ -231,7 +231,7 @@ def _validate_attacks(config: dict) -> None:
 
 
 SWEEPABLE = ("fl.", "attack.", "attacks.", "defenses.")
-ROW_KEYS = ("case", "dataset", "defense", "strength", "attack", "series", "seed",
+ROW_KEYS = ("case", "dataset", "model", "defense", "strength", "attack", "series", "seed",
             "adversary", "attribute", "round")  # the last three: attribute results
 
 
@@ -261,7 +261,9 @@ def _check_sweep_value(config: dict, key: str, value: Any, where: str) -> None:
         name = registered_name(config, kind, label)
         if kind == "defenses" and knob(name) is not None:
             params[knob(name)] = definition(kind, name)["properties"][knob(name)]["default"]
-        resolve(kind, name, params, where=f"{where}[{key}]")
+        resolved = resolve(kind, name, params, where=f"{where}[{key}]")
+        if kind == "attacks":
+            _check_generator(config, name, resolved, f"{where}[{key}]")
     else:
         section = copy.deepcopy(config[parts[0]])
         set_path(section, ".".join(parts[1:]), value)
@@ -269,13 +271,26 @@ def _check_sweep_value(config: dict, key: str, value: Any, where: str) -> None:
                         if k != "default"}, f"{where}[{key}]")
 
 
+def figure_specs(target: dict) -> list[tuple[str, dict]]:
+    """A target's figures with their file suffix: ``[("", figure)]`` for one figure, the
+    paper's panel letters ``a``, ``b``, ... for a list."""
+    figure = target.get("figure")
+    if figure is None:
+        return []
+    if isinstance(figure, dict):
+        return [("", figure)]
+    return [(chr(ord("a") + i), f) for i, f in enumerate(figure)]
+
+
 def _validate_targets(config: dict) -> None:
     datasets = set(schema()["properties"]["datasets"]["properties"])
+    models = set(schema()["properties"]["cases"]["items"]["properties"]["model"]["enum"])
     for name, target in config["targets"].items():
         columns = set(ROW_KEYS)
         for i, selection in enumerate(target["select"]):
             where = f"targets.{name}.select[{i}]"
-            for kind, known in (("datasets", datasets), ("defenses", set(config["defenses"])),
+            for kind, known in (("datasets", datasets), ("models", models),
+                                ("defenses", set(config["defenses"])),
                                 ("attacks", set(config["attacks"]))):
                 unknown = sorted(set(selection.get(kind, [])) - known)
                 if unknown:
@@ -287,12 +302,20 @@ def _validate_targets(config: dict) -> None:
                 columns |= {key, sweep_column(key)}
         layout = [*target.get("table", {}).get("rows", []),
                   *target.get("table", {}).get("columns", []),
-                  *(target.get("figure", {}).get(k) for k in ("x", "hue", "panels")),
+                  *(figure.get(k) for _, figure in figure_specs(target)
+                    for k in ("x", "hue", "panels")),
+                  *(k for _, figure in figure_specs(target) for k in figure.get("where", {})),
                   *target.get("where", {})]
         unknown = sorted({k for k in layout if k is not None} - columns)
         if unknown:
             raise ConfigError(f"invalid config: 'targets.{name}': {unknown[0]!r} is not a column "
                               f"of its results (expected one of {sorted(columns)})")
+        for suffix, figure in figure_specs(target):
+            if isinstance(figure.get("y"), list) and "hue" in figure:
+                panel = f" ({suffix})" if suffix else ""
+                raise ConfigError(f"invalid config: 'targets.{name}.figure'{panel}: several y "
+                                  f"metrics ({figure['y']}) draw one curve each; expected no "
+                                  f"hue ({figure['hue']!r}) beside them")
     for name, reference in config["reference"].items():
         if name not in config["targets"]:
             raise ConfigError(f"invalid config: 'reference.{name}': not a target (expected one "
@@ -385,6 +408,23 @@ def split_capacity(config: dict, dataset: str, split: str = "train") -> int | No
     return int(size * share) + DATASET_CLASSES.get(dataset, 10) * len(fractions)
 
 
+def sequence_problem(attack: Mapping) -> str | None:
+    """Why an ``attack:`` section's ``sequence`` (GIAS App. D) cannot run, naming the keys;
+    None when it can or is off (``steps`` 0)."""
+    sequence = attack["sequence"]
+    if not sequence["steps"]:
+        return None
+    if sequence["subset"] > attack["batch_size"]:
+        return (f"'attack.sequence.subset': {sequence['subset']} images per upload, but "
+                f"'attack.batch_size' gives a victim {attack['batch_size']} local images; "
+                f"expected at most {attack['batch_size']}")
+    if not attack["known_labels"]:
+        return (f"'attack.sequence.steps': {sequence['steps']} uploads need "
+                f"'attack.known_labels': true (GIAS App. D: the attacker matches each upload "
+                f"to its images); got false")
+    return None
+
+
 def _validate_combinations(config: dict) -> None:
     """Values each valid alone that cannot work together: ConfigError naming both keys."""
     for name, spec in config["datasets"].items():
@@ -439,6 +479,8 @@ def _validate_combinations(config: dict) -> None:
                               f" = {wanted} distinct images, but the train split of "
                               f"{case['dataset']!r} holds at most {capacity}; expected fewer "
                               f"victims or a smaller batch")
+    if problem := sequence_problem(config["attack"]):
+        raise ConfigError(f"invalid config: {problem}")
     if config["attack"]["round"] > config["fl"]["rounds"]:
         raise ConfigError(f"invalid config: 'attack.round': {config['attack']['round']} is after "
                           f"the last FL round ('fl.rounds' {config['fl']['rounds']}); expected "
@@ -456,6 +498,53 @@ def _validate_combinations(config: dict) -> None:
         raise ConfigError(f"invalid config: 'gan.split': {gan['split']!r} is not a split of "
                           f"'datasets.{gan['dataset']}.splits'; expected one of "
                           f"{sorted(fractions)}")
+    giml = config["giml"]
+    late = [s for s in giml["checkpoints"] if s > giml["outer_steps"]]
+    if late:
+        raise ConfigError(f"invalid config: 'giml.checkpoints': step {late[0]} is after the last "
+                          f"outer step ('giml.outer_steps' {giml['outer_steps']}); expected "
+                          f"0..{giml['outer_steps']}")
+    for label, entry in config["attacks"].items():
+        params = {k: v for k, v in entry.items() if k != "attack"}
+        _check_generator(config, entry.get("attack", label), params, f"attacks.{label}")
+
+
+def giml_steps(config: dict) -> list[int]:
+    """The outer steps whose GIML generator is kept: 'giml.checkpoints' and the final one."""
+    return sorted({*config["giml"]["checkpoints"], config["giml"]["outer_steps"]})
+
+
+def _check_generator(config: dict, name: str, params: Mapping[str, Any], where: str) -> None:
+    """ConfigError unless a generator attack's prior fits the configuration: GIML's ``step``
+    one that 'giml.checkpoints' keeps (giml only), ``prior_dataset`` a dataset with the
+    split 'gan.split' the prior trains on (gias only); an EOT's wrapped attack likewise."""
+    if "wraps_params" in params:
+        _check_generator(config, params["wraps"], params["wraps_params"], f"{where}.wraps_params")
+    step, dataset = params.get("step"), params.get("prior_dataset")
+    if step is not None and name != "giml":
+        raise ConfigError(f"invalid config: '{where}.step': {step!r} selects a checkpoint of "
+                          f"GIML's meta-learned generator; {name} has none: expected null",
+                          key=f"{where}.step")
+    if step is not None and step not in giml_steps(config):
+        raise ConfigError(f"invalid config: '{where}.step': GIML step {step!r} is not kept; "
+                          f"expected one of {giml_steps(config)} ('giml.checkpoints' "
+                          f"{config['giml']['checkpoints']} and the final step "
+                          f"'giml.outer_steps' {config['giml']['outer_steps']}) or null (the "
+                          f"final step)", key=f"{where}.step")
+    if dataset is None:
+        return
+    if name == "giml":
+        raise ConfigError(f"invalid config: '{where}.prior_dataset': giml's generator is "
+                          f"meta-learned from the case's gradients, of no dataset; expected "
+                          f"null, got {dataset!r}", key=f"{where}.prior_dataset")
+    split = config["gan"]["split"]
+    fractions = config["datasets"].get(dataset, {}).get("splits") or {"all": 1}
+    if params.get("prior", "trained") == "trained" and split not in fractions:
+        raise ConfigError(f"invalid config: '{where}.prior_dataset': the prior of {dataset!r} "
+                          f"trains on 'gan.split' {split!r}, which is not a split of "
+                          f"'datasets.{dataset}.splits' {sorted(fractions)}; expected a "
+                          f"dataset with that split, or a 'gan.split' every prior dataset has",
+                          key=f"{where}.prior_dataset")
 
 
 def read(path: str | Path) -> dict:

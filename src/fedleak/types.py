@@ -242,6 +242,21 @@ class Need:
         return all(params.get(key) in values for key, values in self.when.items())
 
 
+def artifact(kind: str, of: Any = None) -> str:
+    """A needed artifact as ``needs_for`` names it: ``kind``, or ``"kind:of"`` for the one of
+    ``of`` (the prior trained on dataset ``natural``: ``"gan:natural"``; GIML's generator
+    kept at outer step 4: ``"giml_generator:4"``); None: the configuration's own."""
+    if kind not in ARTIFACTS:
+        raise ValueError(f"unknown artifact kind {kind!r}; expected one of {sorted(ARTIFACTS)}")
+    return kind if of is None else f"{kind}:{of}"
+
+
+def artifact_parts(needed: str) -> tuple[str, str | None]:
+    """``"gan:natural"`` -> ``("gan", "natural")``; ``"gan"`` -> ``("gan", None)``."""
+    kind, _, of = needed.partition(":")
+    return kind, of or None
+
+
 # ---------------------------------------------------------------------------------------
 # Settings
 

@@ -22,7 +22,7 @@ rule train_gan:
     resources:
         **cluster_resources("train_gan"),
     shell:
-        "fedleak train-gan --config {params.config} 2>&1 | tee {log}"
+        "fedleak train-gan --config {params.config} --dataset {wildcards.dataset} 2>&1 | tee {log}"
 
 
 rule train_giml:

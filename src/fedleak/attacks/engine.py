@@ -14,7 +14,9 @@ chunk; ``attack(obs)`` is that with P = restarts. Either way Adam steps the P pr
 together (element-wise, so each moves as if alone; one that diverges or whose stopper
 fires is frozen there) and L-BFGS problems keep their own optimiser, evaluated together
 (``lockstep.in_lockstep``). Victim v draws its restarts' starts in turn from a generator
-seeded ``attack.seed + v``, as the attack built with that seed does on it alone.
+seeded ``attack.seed + v``, as the attack built with that seed does on it alone. A victim
+that is a sequence of uploads of its images (``gradient_sequence.ObservedSequence``, GIAS
+App. D) has a stage's loss summed over its uploads, each on its images.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -34,6 +37,7 @@ from tqdm import tqdm
 from fedleak.attacks.base import Reconstruction
 from fedleak.attacks.bn_statistics import BNRecorder, batchnorm_layers, preserved_buffers
 from fedleak.attacks.early_stopping import Stopper, copies
+from fedleak.attacks.gradient_sequence import ObservedSequence, mismatch, models
 from fedleak.attacks.label_inference import infer_labels
 from fedleak.attacks.lockstep import in_lockstep
 from fedleak.attacks.objectives import (
@@ -253,6 +257,8 @@ class Victims:
         victims x ``restarts`` problems, victim-major, stacked or one problem at a time as
         the chunk runs; without the regularisers and prior unless ``regularized``."""
         restarts, chosen = restarts or self.restarts, self.observations
+        if isinstance(chosen[0], ObservedSequence):
+            return self._sequence_loss(stage, restarts, regularized)
         labels = self.labels(stage).repeat_interleave(restarts, 0)
         targets = [stage.target(obs) if stage.target else obs.gradient for obs in chosen]
         targets = {n: torch.stack([t[n].detach().to(self.device) for t in targets])
@@ -266,6 +272,38 @@ class Victims:
                     else None}
         return (stacked_loss if self.stacked else looped_loss)(
             self.model, labels, targets, transforms=transforms, **settings)
+
+    def _sequence_loss(self, stage: Stage, restarts: int, regularized: bool) -> Loss:
+        """GIAS App. D, min_x sum_t c(x[S_t]; theta_t, g_t): the sum over the victims'
+        uploads t of the stage's loss of upload t (its model, gradient, labels,
+        transformation and prior) at the images (and latent rows) of its subset S_t."""
+        chosen = self.observations
+        steps = [Victims([obs.steps[t] for obs in chosen], restarts=restarts, seed=self.seed,
+                         stacked=self.stacked, transforms=self.transforms
+                         ).loss(stage, restarts, regularized=regularized)
+                 for t in range(len(chosen[0].steps))]
+        subsets = [torch.tensor([obs.subsets[t] for obs in chosen], device=self.device
+                                ).repeat_interleave(restarts, 0) for t in range(len(steps))]
+        problem = torch.arange(len(chosen) * restarts, device=self.device).unsqueeze(1)
+
+        def loss(images: torch.Tensor, latent: torch.Tensor | None = None,
+                 **labels: torch.Tensor) -> torch.Tensor:
+            total = images.new_zeros(len(images))
+            for step, subset in zip(steps, subsets):
+                own = {k: v[problem, subset] for k, v in labels.items()}
+                total = total + step(images[problem, subset],
+                                     None if latent is None else latent[problem, subset], **own)
+            return total
+
+        return loss
+
+    def _preserved(self) -> ExitStack:
+        """Every model's buffers restored on exit, a sequence's step models too (train-mode
+        BatchNorm would update their running statistics)."""
+        stack = ExitStack()
+        for model in models(self.observations):
+            stack.enter_context(preserved_buffers(model))
+        return stack
 
     def _sample(self, restarts: int) -> list[Transform]:
         """EOT's transformations of the chunk's problems, made once per chunk."""
@@ -285,14 +323,14 @@ class Victims:
                         **labels)
 
         run = _lockstep if stage.optimizer == "lbfgs" else _together
-        with preserved_buffers(self.model):  # train-mode BatchNorm would update running stats
+        with self._preserved():
             return run(stage, objective, starts, self.snapshots)
 
     def distances(self, stage: Stage, images: torch.Tensor) -> torch.Tensor:
         """(V, R) the stage's gradient distance alone (after its transformation) at images
         (V, R, B, ...): how attacks choose among restarts or stages."""
         loss = self.loss(stage, images.shape[1], regularized=False)
-        with preserved_buffers(self.model):
+        with self._preserved():
             return loss(images.flatten(0, 1)).detach().unflatten(0, images.shape[:2])
 
     def scorer(self, stage: Stage, victim: int, restart: int
@@ -416,7 +454,10 @@ class Attack:
     ``restarts``, ``seed`` and ``stopper``; ``forms_gradients`` when each problem's trial
     gradient is formed (an L2 distance, a transformation) and stacking it was measured to
     pay only on small models, ``vectorisable = False`` to take victims one at a time
-    (CMA-ES), ``records_snapshots = False`` when snapshots are not one stage's."""
+    (CMA-ES), ``records_snapshots = False`` when snapshots are not one stage's,
+    ``sequences = True`` when its cost is its stages' on the victims' uploads alone (no
+    reading of ``obs.gradient`` or ``obs.model`` of its own), so that on a sequence victim
+    (``gradient_sequence.ObservedSequence``) it sums over the uploads."""
 
     restarts: int = 1
     seed: int = 0
@@ -424,6 +465,7 @@ class Attack:
     forms_gradients: bool = False
     vectorisable: bool = True
     records_snapshots: bool = True
+    sequences: bool = False
 
     def reconstruct(self, victims: Victims) -> list[Reconstruction]:
         """One Reconstruction per victim of the chunk, from the subclass's ``stage``."""
@@ -453,7 +495,7 @@ def _mixed(observations: Sequence[Observation]) -> str | None:
             return (f"observation {v} has batch_size {obs.batch_size} and input_shape "
                     f"{obs.input_shape}; expected {first.batch_size} and "
                     f"{first.input_shape} like observation 0")
-    return None
+    return mismatch(observations)
 
 
 def reconstruct_all(attack: Attack, observations: list[Observation],
@@ -471,6 +513,10 @@ def reconstruct_all(attack: Attack, observations: list[Observation],
     if snapshots and not attack.records_snapshots:
         raise ValueError(f"{type(attack).__name__} cannot record snapshots (they are one "
                          f"stage's); expected attack.snapshots: [] for it")
+    if not attack.sequences and any(isinstance(o, ObservedSequence) for o in observations):
+        raise ValueError(f"{type(attack).__name__} cannot attack a sequence of uploads (GIAS "
+                         f"App. D); expected single uploads, or an attack whose cost sums over "
+                         f"a sequence (inverting_gradients; gias, giml with sparsity 0)")
     if engine == "stacked" and (why := _mixed(observations)):
         raise ValueError(why)
     stacked = engine == "stacked" or (engine == "auto" and stacks(attack, observations))

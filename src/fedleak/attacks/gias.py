@@ -17,7 +17,9 @@ as in the official code. Variants (Table 1, §5.1):
   image G_w(z*) it found.
 
 ``prior: untrained`` gives the generator variants the prior's architecture with its
-initial weights instead of the trained prior (Table 1's GI-w).
+initial weights instead of the trained prior (Table 1's GI-w). ``prior_dataset`` names the
+dataset the prior is of (None: the configuration's ``gan.dataset``), e.g. a wrong prior
+(Fig. 6: a generator trained on CIFAR-10 against FFHQ victims). ``step`` is GIML's.
 
 Defaults (App. H): Adam with lr x0.1 at 3/8, 5/8 and 7/8 of each stage, eta_z = 3e-2,
 eta_w = 1e-3, eta_x = 0.1 (Inverting Gradients), lambda_TV = 1e-4, lambda_BN = 1e-4 (the
@@ -27,7 +29,9 @@ iterations (Inverting Gradients); z ~ N(0, I); labels inferred; a stopper per st
 
 ``sparsity`` > 0 is the official "sim_cmpr" cost for sparsified (pruned)
 updates: the non-zero entries among the top (1 - sparsity) of each observed
-layer form a mask applied to the trial gradient before the cosine.
+layer form a mask applied to the trial gradient before the cosine. ``sparsity:
+observed`` takes each layer's sparsity from the upload itself (its non-zero entries), so
+the mask follows whatever pruning level the client applied (§5.2, Fig. 5(b)).
 
 Departures: TV is the anisotropic mean |dx| + mean |dy| of the official code
 (Eq. 4 writes squared differences); "+BN" is R_BN alone, without the group-lazy
@@ -52,7 +56,7 @@ from fedleak.attacks.bn_statistics import bn_loss, checked, stacked_statistics
 from fedleak.attacks.engine import Attack, Prior, Solution, Stage, Victims, image_start
 from fedleak.attacks.objectives import RESIDUAL_DISTANCES
 from fedleak.attacks.prior import frozen_copy, latent_dim, rendered, to_model_input
-from fedleak.types import Need, Observation
+from fedleak.types import Need, Observation, artifact
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
 SPACES = ("x", "z", "w", "z/w", "z/x")
@@ -103,19 +107,26 @@ class GIAS(Attack):
 
     @classmethod
     def needs_for(cls, params: Mapping[str, Any]) -> dict[str, str]:
-        """The latent variants' generator: the trained prior or its architecture untrained."""
-        kind = "gan" if params["prior"] == "trained" else "untrained_gan"
+        """The latent variants' generator: the trained prior or its architecture untrained,
+        of ``prior_dataset`` (None: the configuration's GAN dataset)."""
+        if params.get("step") is not None:
+            raise ValueError(f"step {params['step']!r} selects a checkpoint of GIML's "
+                             f"meta-learned generator; gias has none: expected step null")
+        kind = artifact("gan" if params["prior"] == "trained" else "untrained_gan",
+                        params.get("prior_dataset"))
         return {"generator": kind} if cls.needs["generator"].applies(params) else {}
 
     def __init__(self, *, variant: str, latent_iterations: int, parameter_iterations: int,
                  image_iterations: int, lr_z: float, lr_w: float, lr_x: float, tv: float,
-                 bn: float, restarts: int, signed: bool, sparsity: float, distance: str,
-                 prior: str, stopper: dict | None, generator: nn.Module | None = None,
+                 bn: float, restarts: int, signed: bool, sparsity: float | str, distance: str,
+                 prior: str, prior_dataset: str | None, step: int | None,
+                 stopper: dict | None, generator: nn.Module | None = None,
                  seed: int = 0) -> None:
         self.space, self.use_bn = variant.removesuffix("+BN"), variant.endswith("+BN")
         if self.space != "x":
             latent_dim(generator)
         self.generator, self.variant, self.prior = generator, variant, prior
+        self.prior_dataset, self.step = prior_dataset, step
         self.latent_iterations, self.parameter_iterations = latent_iterations, parameter_iterations
         self.image_iterations, self.restarts = image_iterations, restarts
         self.lr_z, self.lr_w, self.lr_x, self.tv, self.bn = lr_z, lr_w, lr_x, tv, bn
@@ -126,7 +137,13 @@ class GIAS(Attack):
     @property
     def forms_gradients(self) -> bool:
         """An L2 distance or the sparsified cost forms each stacked trial gradient."""
-        return self.distance in RESIDUAL_DISTANCES or self.sparsity > 0
+        return self.distance in RESIDUAL_DISTANCES or self.sparsity != 0
+
+    @property
+    def sequences(self) -> bool:
+        """App. D's sum over a sequence of uploads: the cost is its stages' alone, unless
+        the sparsified cost masks each victim's own upload."""
+        return self.sparsity == 0
 
     def _prior(self, observations: list[Observation], restarts: int) -> Prior:
         """lambda_BN R_BN of the problems against their victims' exact statistics."""
@@ -140,10 +157,10 @@ class GIAS(Attack):
         weights of one generator copy per image (Eq. 7)."""
         shape = victims.observations[0].input_shape
         masks = {}
-        if self.sparsity > 0:
-            names = [n for n, _ in victims.model.named_parameters()]
-            masks = {id(obs): dict(zip(names, sparsity_masks(obs.target_gradient(),
-                                                             self.sparsity)))
+        if self.sparsity != 0:
+            names, level = [n for n, _ in victims.model.named_parameters()], (
+                0.0 if self.sparsity == "observed" else self.sparsity)  # 0: the non-zeros
+            masks = {id(obs): dict(zip(names, sparsity_masks(obs.target_gradient(), level)))
                      for obs in victims.observations}
         common = {"regularizers": {"tv": self.tv}, "milestones": MILESTONES,
                   "prior": self._prior if self.use_bn else None, "stopper": self.stopper,

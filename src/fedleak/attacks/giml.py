@@ -46,7 +46,7 @@ from fedleak.attacks.engine import Stage, Victims
 from fedleak.attacks.gias import GIAS, MILESTONES
 from fedleak.attacks.optimization import last_recorded, optimize
 from fedleak.attacks.prior import frozen_copy, latent_dim, rendered, to_model_input
-from fedleak.types import Need, Observation
+from fedleak.types import Need, Observation, artifact
 
 Callback = Callable[[int, nn.Module, dict], None]
 META_OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
@@ -148,14 +148,20 @@ def meta_learn_generator(observations: Sequence[Observation], generator: nn.Modu
 
 @register("giml")
 class GIML(GIAS):
-    """GIAS with the generator produced by :func:`meta_learn_generator` (GI-z/w by default)."""
+    """GIAS with the generator produced by :func:`meta_learn_generator` (GI-z/w by default):
+    the one of outer step ``step`` (one of ``giml.checkpoints``; 0: the random start; None:
+    the final step), Fig. 6."""
 
     needs = {"generator": Need("giml_generator")}
 
     @classmethod
     def needs_for(cls, params: Mapping[str, Any]) -> dict[str, str]:
-        """Its meta-learned generator (asked for before any job runs)."""
+        """Its meta-learned generator at ``step`` (asked for before any job runs)."""
         if params.get("prior", "trained") != "trained":
             raise ValueError(f"giml's generator is the meta-learned one; expected prior "
                              f"'trained', got {params['prior']!r} (gias takes 'untrained')")
-        return {"generator": "giml_generator"}
+        if params.get("prior_dataset") is not None:
+            raise ValueError(f"giml's generator is meta-learned from the case's gradients, of "
+                             f"no dataset; expected prior_dataset null, got "
+                             f"{params['prior_dataset']!r} (gias takes one)")
+        return {"generator": artifact("giml_generator", params.get("step"))}

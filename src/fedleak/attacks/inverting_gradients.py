@@ -5,6 +5,8 @@ with the cosine taken over all layers at once. Adam (lr 0.1) on the sign of the
 gradient, lr x 0.1 at 3/8, 5/8 and 7/8 of 24,000 iterations, x from N(0, 1),
 lambda_TV = 1e-4, best of ``restarts`` by final loss. Labels: the observed ones
 when the attacker knows them, else inferred from the last layer (iDLG for one image).
+On a sequence of uploads of one client's images (``gradient_sequence``, GIAS App. D,
+Fig. A3) the cost is summed over the uploads, each on its images.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ MILESTONES = (3 / 8, 5 / 8, 7 / 8)
 
 @register("inverting_gradients")
 class InvertingGradients(Attack):
+    sequences = True  # its cost is its stage's alone: summed over a sequence's uploads
 
     def __init__(self, *, iterations: int, lr: float, tv: float, restarts: int, signed: bool,
                  boxed: bool, distance: str, stopper: dict | None, seed: int = 0) -> None:

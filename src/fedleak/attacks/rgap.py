@@ -25,13 +25,38 @@ lost beside the forward block; the system is solved through A^T A (A is sparse; 
 would take up to 1 GB per layer on CNN6). ``rcond`` defaults to 1e-7 (the official
 ``numpy.linalg.lstsq(rcond=None)`` on float32 cuts at 1.2e-7 x max(rows, columns)).
 ``extra["layers"]`` holds, input layer first, each layer's rank analysis (unknowns,
-gradient and forward constraints, numerical rank) and relative residual; the recovered
-input of every layer is in ``extra["inputs"]`` for :func:`layer_errors`.
+gradient and forward constraints, numerical rank), relative residual and how it was
+solved; the recovered input of every layer is in ``extra["inputs"]`` for
+:func:`fedleak.metrics.layer_errors` (the attack phase records both per victim).
+
+R-GAP with a generative model (GIAS App. C, Eq. 11; Fig. A1). ``prior_layers`` = k > 0
+replaces the recursion for the k convolutions nearest the input, counted from the input
+side (GIAS: "a substantial gain from using the generative model for a few layers (one or
+two)", the rank-deficient second convolution of Fig. A1 among them; k = the number of
+convolutions is "every layer"). The convolutions above them are solved as above; the
+system A_k x_k = b_k of convolution k, whose unknown x_k is its input, is then solved by
+the latent space search min_z |A_k f_{theta,k}(G(z)) - b_k|^2 over z only (as for Fig.
+A1), f_{theta,k} the network from the image to x_k (GIAS's f_{theta,r}, the output of
+layer r = k - 1; the identity for k = 1). Once x_k =
+f_{theta,k}(G(z*)), the image that gives it is G(z*), and every layer below is
+f_{theta,r}(G(z*)): the generator fixes the whole input, so the rows of the lower systems
+could only move it off the prior's range (and a pseudo-inverse would put back exactly the
+minimum-norm component the prior is there to choose in a rank-deficient layer). Their
+errors are those of f_{theta,r}(G(z*)). The search is GIAS's latent stage (App. H): Adam
+with eta_z = 3e-2, lr x0.1 at 3/8, 5/8 and 7/8 of ``latent_iterations`` (1,500, §5.1),
+z ~ N(0, I), the best of ``latent_restarts`` (4) by final cost, on the model's device in
+float32; the cost is the squared residual of the row-scaled system above relative to
+|b_k|^2. The generator is the GAN prior of ``prior_dataset`` (None: ``gan.dataset``;
+``needs_for``: only when prior_layers > 0);
+the reconstruction is G(z*). ``loss_trace``: the closed-form layers' residuals from the
+top, then the latent cost per step and its final value (``final_loss``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,7 +66,12 @@ from torch import nn
 
 from fedleak.attacks.base import Reconstruction, register
 from fedleak.attacks.engine import Attack, Victims
-from fedleak.types import Observation
+from fedleak.attacks.gias import MILESTONES
+from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
+from fedleak.metrics.layers import layer_errors
+from fedleak.types import Need, Observation, artifact
+
+__all__ = ["RGAP", "layer_errors", "recover", "standard_form"]
 
 ACTIVATIONS = (nn.LeakyReLU, nn.Sigmoid)
 
@@ -108,8 +138,10 @@ def _head(weight, grad, bias_grad, label):
     return a * d, torch.from_numpy(h) / a, label
 
 
-def _solve(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond):
-    """x_r from A_r x_r = b_r (Eqs. 9-10) and its rank analysis."""
+def _system(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape):
+    """A_r (sparse) and b_r of Eq. 9 for the input x_r of convolution ``conv``: the gradient
+    rows dW_r = k_r U(x_r)^T over |k_r|, the forward rows W_r U(x_r) = z_r - bias over |W_r|;
+    the unknowns are x_r without its zero padding."""
     n, (out, fan) = int(np.prod(in_shape)), weight.flatten(1).shape
     index = torch.arange(1, n + 1, dtype=torch.float64).reshape(1, *in_shape)
     index = F.unfold(index, conv.kernel_size, padding=conv.padding, stride=conv.stride)[0]
@@ -124,6 +156,14 @@ def _solve(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond):
                           shape=(out * fan + out * positions, n))
     target = z - (0 if bias is None else bias[:, None, None])
     b = np.concatenate([(grad.flatten() / scale_k).numpy(), (target.flatten() / scale_w).numpy()])
+    return a, b, {"unknowns": n, "gradient_constraints": out * fan,
+                  "forward_constraints": out * positions}
+
+
+def _solve(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond):
+    """x_r from A_r x_r = b_r (Eqs. 9-10) and its rank analysis."""
+    a, b, report = _system(conv, weight, grad, bias, k, z, in_shape)
+    n = report["unknowns"]
     gram, rhs = torch.from_numpy((a.T @ a).toarray()), torch.from_numpy(a.T @ b)
     singular = torch.linalg.eigvalsh(gram).clamp(min=0).sqrt()  # of A, ascending
     rank = int((singular > rcond * singular[-1]).sum())
@@ -135,13 +175,93 @@ def _solve(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond):
         kept = vectors[:, n - rank:]
         x = kept @ ((kept.T @ rhs) / eigenvalues[n - rank:])
     residual = float(np.linalg.norm(a @ x.numpy() - b) / max(np.linalg.norm(b), 1e-300))
-    return x.reshape(in_shape), {"unknowns": n, "gradient_constraints": out * fan,
-                                 "forward_constraints": out * positions,
-                                 "rank": rank, "residual": residual}
+    return x.reshape(in_shape), {**report, "rank": rank, "residual": residual,
+                                 "solved": "pseudo-inverse"}
 
 
-def recover(model: nn.Module, gradient, input_shape, label: int | None, rcond: float):
-    """(recovered inputs of every layer, input first; their layer reports; the label)."""
+def _rank(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond) -> dict:
+    """The rank analysis of A_r without solving (a layer that the prior solves)."""
+    a, _, report = _system(conv, weight, grad, bias, k, z, in_shape)
+    singular = torch.linalg.eigvalsh(torch.from_numpy((a.T @ a).toarray())).clamp(min=0).sqrt()
+    return {**report, "rank": int((singular > rcond * singular[-1]).sum())}
+
+
+def system_cost(conv: nn.Conv2d, weight, grad, bias, k, z, *, device, dtype=torch.float32
+                ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """|A_r x - b_r|^2 / |b_r|^2 of the row-scaled system of :func:`_system` for a batch of
+    inputs x (R, C, H, W) of convolution ``conv`` -> (R,), differentiable (Eq. 11's cost):
+    the gradient rows through the patches U(x), the forward rows through the convolution
+    (its zero padding is the padding the unknowns leave out)."""
+    out = weight.shape[0]
+    w = weight.to(device, dtype)
+    kk = k.reshape(out, -1).to(device, dtype)
+    scale_k, scale_w = float(kk.norm()), float(w.norm())
+    g = grad.reshape(out, -1).to(device, dtype) / scale_k
+    target = (z - (0 if bias is None else bias[:, None, None])).to(device, dtype) / scale_w
+    norm = float(g.square().sum() + target.square().sum())
+
+    def cost(x: torch.Tensor) -> torch.Tensor:
+        patches = F.unfold(x, conv.kernel_size, padding=conv.padding, stride=conv.stride)
+        dw = torch.einsum("op,rfp->rof", kk, patches) / scale_k
+        forward = F.conv2d(x, w, stride=conv.stride, padding=conv.padding) / scale_w
+        return ((dw - g).square().sum((1, 2))
+                + (forward - target).square().flatten(1).sum(1)) / norm
+
+    return cost
+
+
+def _forward(chain, image: torch.Tensor, count: int) -> list[torch.Tensor]:
+    """The inputs of the first ``count`` layers of ``chain`` on ``image`` (image first)."""
+    xs = [image]
+    for _, layer, act in chain[:count - 1]:
+        y = F.conv2d(xs[-1], layer.weight.detach().to(image), None if layer.bias is None
+                     else layer.bias.detach().to(image), stride=layer.stride,
+                     padding=layer.padding)
+        xs.append(y if act is None else act(y))
+    return xs
+
+
+Search = Callable[[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]],
+                  tuple[torch.Tensor, list[float]]]
+
+
+def latent_search(generator: nn.Module, input_shape, *, iterations: int, lr: float,
+                  restarts: int, rng: torch.Generator, device) -> Search:
+    """Eq. 11 over z only: ``search(cost, f)`` minimises cost(f(G(z))) by Adam from
+    ``restarts`` codes z ~ N(0, I) (GIAS's latent stage) and returns the best restart's image
+    G(z*) (1, C, H, W) in [0, 1] and its cost per iteration."""
+    frozen = frozen_copy(generator, device)
+    dim = latent_dim(frozen)
+
+    def search(cost, f):
+        z = torch.randn((restarts, dim), generator=rng).to(device).requires_grad_(True)
+        optimizer = torch.optim.Adam([z], lr=lr)
+        schedule = torch.optim.lr_scheduler.MultiStepLR(
+            optimizer, [int(iterations * m) for m in MILESTONES], gamma=0.1)
+        trace = []
+        for _ in range(iterations):
+            optimizer.zero_grad()
+            loss = cost(f(to_model_input(frozen(z), input_shape)))
+            loss.sum().backward()
+            optimizer.step()
+            schedule.step()
+            trace.append(loss.detach())
+        with torch.no_grad():
+            images = to_model_input(frozen(z), input_shape)
+            final = torch.nan_to_num(cost(f(images)), nan=float("inf"))
+        best = int(final.argmin())
+        return images[best:best + 1].detach(), [float(t[best]) for t in trace] + [
+            float(final[best])]
+
+    return search
+
+
+def recover(model: nn.Module, gradient, input_shape, label: int | None, rcond: float,
+            prior_layers: int = 0, search: Search | None = None):
+    """(recovered inputs of every layer, input first; their layer reports; the label; the
+    cost trace of the latent search, empty without one). With ``prior_layers`` = k > 0,
+    ``search(cost, f)`` solves convolution k's system through the generator (module
+    docstring) and the k lowest layers' inputs are f_{theta,r}(G(z*))."""
     chain = standard_form(model)
     shapes, x = [], torch.zeros(1, *input_shape, dtype=torch.float64)
     for _, layer, _ in chain[:-1]:  # each convolution's (input, output) shape
@@ -159,8 +279,11 @@ def recover(model: nn.Module, gradient, input_shape, label: int | None, rcond: f
     x, k, label = _head(upper.weight.detach().cpu().double(), grad, observed(upper.bias), label)
     inputs, reports = [x], [{"name": name, "unknowns": x.numel(), "gradient_constraints":
                              grad.numel(), "forward_constraints": len(k), "rank": x.numel(),
-                             "residual": float((grad - torch.outer(k, x)).norm() / grad.norm())}]
-    for (name, conv, act), (shape, out_shape) in zip(reversed(chain[:-1]), reversed(shapes)):
+                             "residual": float((grad - torch.outer(k, x)).norm() / grad.norm()),
+                             "solved": "head"}]
+    trace: list[float] = []
+    for r, ((name, conv, act), (shape, out_shape)) in reversed(list(enumerate(zip(
+            chain[:-1], shapes)))):
         z, slope = _invert(act, inputs[0].reshape(out_shape))
         w_up = upper.weight.detach().cpu().double()
         if isinstance(upper, nn.Linear):
@@ -169,46 +292,60 @@ def recover(model: nn.Module, gradient, input_shape, label: int | None, rcond: f
             d_out = torch.nn.grad.conv2d_input((1, *out_shape), w_up, k.unsqueeze(0),
                                                stride=upper.stride, padding=upper.padding)[0]
         k = d_out * slope
-        x, report = _solve(conv, conv.weight.detach().cpu().double(), observed(conv.weight),
-                           None if conv.bias is None else conv.bias.detach().cpu().double(),
-                           k, z, shape, rcond)
+        system = (conv, conv.weight.detach().cpu().double(), observed(conv.weight),
+                  None if conv.bias is None else conv.bias.detach().cpu().double(), k, z)
+        if r + 1 == prior_layers:  # Eq. 11: x_r = f_{theta,r}(G(z*)), and every layer below
+            cost = system_cost(*system, device=next(model.parameters()).device)
+            image, trace = search(cost, lambda images, depth=r + 1:
+                                  _forward(chain, images, depth)[-1])
+            below = _forward(chain, image.detach().cpu().double(), r + 1)
+            report = {"name": name, **_rank(*system, shape, rcond),
+                      "residual": float(np.sqrt(max(trace[-1], 0.0))), "solved": "latent search"}
+            inputs = [each[0] for each in below] + inputs
+            reports = [{"name": n, "unknowns": int(np.prod(s)), "solved": "G(z*)"}
+                       for (n, _, _), (s, _) in zip(chain[:r], shapes[:r])] + [report] + reports
+            break
+        x, report = _solve(*system, shape, rcond)
         inputs.insert(0, x)
         reports.insert(0, {"name": name, **report})
         upper = conv
-    return inputs, reports, label
-
-
-def layer_errors(model: nn.Module, x_true: torch.Tensor, inputs: list[torch.Tensor]
-                 ) -> list[float]:
-    """|x_r - x_r*| / |x_r*| of every layer's recovered input against the true one (one
-    image ``x_true`` (1, C, H, W)), input layer first (GIAS Fig. A2)."""
-    chain, true, x = standard_form(model), [], x_true.detach().cpu().double()
-    with torch.no_grad():
-        for _, layer, act in chain:
-            weight = layer.weight.detach().cpu().double()
-            bias = None if layer.bias is None else layer.bias.detach().cpu().double()
-            if isinstance(layer, nn.Linear):
-                x = x.flatten(1)
-                true.append(x[0])
-                break
-            true.append(x[0])
-            x = F.conv2d(x, weight, bias, stride=layer.stride, padding=layer.padding)
-            x = x if act is None else act(x)
-    return [float((r.reshape(t.shape) - t).norm() / t.norm()) for r, t in zip(inputs, true)]
+    return inputs, reports, label, trace
 
 
 @register("rgap")
 class RGAP(Attack):
-    """R-GAP (module docstring); closed form, one victim at a time, no restarts."""
+    """R-GAP (module docstring); closed form, one victim at a time, no restarts; with
+    ``prior_layers`` > 0, R-GAP with a generative model (GIAS Eq. 11)."""
 
     vectorisable = False
     records_snapshots = False
+    needs = {"generator": Need("gan")}
 
-    def __init__(self, *, rcond: float, seed: int = 0) -> None:
-        self.rcond, self.seed = rcond, seed  # seed: unused (deterministic), kept for the API
+    @classmethod
+    def needs_for(cls, params: Mapping[str, Any]) -> dict[str, str]:
+        """The GAN prior (of ``prior_dataset``; None: the configuration's GAN dataset), only
+        when some layers are solved through it."""
+        if params["prior_layers"] == 0:
+            return {}
+        return {"generator": artifact("gan", params.get("prior_dataset"))}
+
+    def __init__(self, *, rcond: float, prior_layers: int, latent_iterations: int,
+                 lr_z: float, latent_restarts: int, prior_dataset: str | None,
+                 generator: nn.Module | None = None, seed: int = 0) -> None:
+        if prior_layers > 0:
+            latent_dim(generator)
+        self.rcond, self.prior_layers, self.generator = rcond, prior_layers, generator
+        self.prior_dataset = prior_dataset
+        self.latent_iterations, self.lr_z, self.latent_restarts = (latent_iterations, lr_z,
+                                                                   latent_restarts)
+        self.seed = seed  # draws the latent codes (the closed form is deterministic)
 
     def check(self, obs: Observation) -> None:
-        standard_form(obs.model)
+        convs = len(standard_form(obs.model)) - 1
+        if self.prior_layers > convs:
+            raise ValueError(f"R-GAP prior_layers {self.prior_layers} exceeds the {convs} "
+                             f"convolution layers of {type(obs.model).__name__}; expected "
+                             f"0 .. {convs}")
         if obs.batch_size != 1:
             raise ValueError(f"R-GAP recovers one image from its gradient; got batch_size "
                              f"{obs.batch_size} for {type(obs.model).__name__}")
@@ -217,15 +354,22 @@ class RGAP(Attack):
         for obs in victims.observations:
             self.check(obs)
         out = []
-        for obs in victims.observations:
+        for v, obs in enumerate(victims.observations):
             start, param = time.perf_counter(), next(obs.model.parameters())
             known = None if obs.labels is None else int(obs.labels[0])
-            inputs, reports, label = recover(obs.model, obs.gradient, obs.input_shape, known,
-                                             self.rcond)
+            search = None if self.prior_layers == 0 else latent_search(
+                self.generator, obs.input_shape, iterations=self.latent_iterations,
+                lr=self.lr_z, restarts=self.latent_restarts, device=param.device,
+                rng=torch.Generator().manual_seed(victims.seed + v))
+            inputs, reports, label, latent = recover(obs.model, obs.gradient, obs.input_shape,
+                                                     known, self.rcond, self.prior_layers,
+                                                     search)
             image = inputs[0].reshape(1, *obs.input_shape).to(param)
-            trace = [r["residual"] for r in reversed(reports)]
+            trace = [r["residual"] for r in reversed(reports) if r["solved"] in (
+                "head", "pseudo-inverse")] + latent
             out.append(Reconstruction(
                 image.clamp(0, 1), torch.tensor([label], device=param.device), trace,
-                len(trace), time.perf_counter() - start, "closed_form",
+                len(trace), time.perf_counter() - start,
+                "closed_form" if not latent else "closed_form+latent_search",
                 extra={"layers": reports, "inputs": [x.float() for x in inputs]}))
         return out

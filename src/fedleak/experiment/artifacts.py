@@ -16,7 +16,7 @@ from torch import nn
 from fedleak import adversaries, attacks, data, defenses, models
 from fedleak.attacks.bn_statistics import dataset_statistics
 from fedleak.experiment import paths, plan
-from fedleak.types import Setting
+from fedleak.types import Setting, artifact_parts
 
 
 @dataclass
@@ -70,8 +70,13 @@ class Job:
 
 @dataclass(frozen=True)
 class Kind:
-    files: Callable[[Job], list[Path]]
-    load: Callable[[Job, nn.Module], Any]
+    """An artifact kind's files (what the job waits for) and loader (the argument built from
+    them, given the attacked model). Both take what the needed artifact is of
+    (``types.artifact``: ``"gan:natural"`` is the prior of dataset ``natural``,
+    ``"giml_generator:4"`` GIML's generator at outer step 4); None: the configuration's own."""
+
+    files: Callable[[Job, str | None], list[Path]]
+    load: Callable[[Job, nn.Module | None, str | None], Any]
 
 
 def _public(job: Job) -> data.ImageData:
@@ -82,18 +87,24 @@ def _evalnet(job: Job) -> Path:
     return paths.evalnet_file(job.results, job.dataset)
 
 
-def _gan(job: Job) -> Path:
-    return paths.gan_file(job.results, job.config["gan"]["dataset"])
+def prior_dataset(job: Job, of: str | None) -> str:
+    """The dataset a GAN prior is of: an attack's ``prior_dataset``, else ``gan.dataset``."""
+    return of or job.config["gan"]["dataset"]
+
+
+def _gan(job: Job, of: str | None = None) -> Path:
+    return paths.gan_file(job.results, prior_dataset(job, of))
 
 
 def _giml(job: Job) -> Path:
     return paths.giml_file(job.results, job.case)
 
 
-def _untrained_gan(job: Job) -> models.Generator:
-    """The prior's architecture for the GAN dataset's channels, untrained (``gan.seed``)."""
+def _untrained_gan(job: Job, of: str | None) -> models.Generator:
+    """The prior's architecture for its dataset's channels, untrained (``gan.seed``)."""
     spec = job.config["gan"]
-    channels = data.read_manifest(paths.data_dir(job.results, spec["dataset"]))["shape"][0]
+    channels = data.read_manifest(paths.data_dir(job.results, prior_dataset(job, of))
+                                  )["shape"][0]
     return models.dcgan.untrained_generator(spec["latent_dim"], channels, spec["width"],
                                             spec["seed"])
 
@@ -109,24 +120,31 @@ def _zoo(job: Job) -> adversaries.ModelZoo:
 
 
 KINDS: dict[str, Kind] = {
-    "evalnet": Kind(lambda job: [_evalnet(job)],
-                    lambda job, _: models.evalnet.load_evaluation_network(_evalnet(job))),
-    "gan": Kind(lambda job: [_gan(job)],
-                lambda job, _: models.dcgan.load_generator(_gan(job))),
-    "untrained_gan": Kind(lambda job: [paths.data_manifest(job.results,
-                                                           job.config["gan"]["dataset"])],
-                          lambda job, _: _untrained_gan(job)),
-    "giml_generator": Kind(lambda job: [_giml(job)],
-                           lambda job, _: models.dcgan.load_generator(_giml(job))),
-    "public_data": Kind(lambda job: [paths.data_manifest(job.results, job.dataset)],
-                        lambda job, _: (_public(job).x, _public(job).y)),
-    "bn_proxy": Kind(lambda job: [paths.data_manifest(job.results, job.dataset)],
-                     lambda job, model: dataset_statistics(
+    "evalnet": Kind(lambda job, _: [_evalnet(job)],
+                    lambda job, _m, _: models.evalnet.load_evaluation_network(_evalnet(job))),
+    "gan": Kind(lambda job, of: [_gan(job, of)],
+                lambda job, _, of: models.dcgan.load_generator(_gan(job, of))),
+    "untrained_gan": Kind(lambda job, of: [paths.data_manifest(job.results,
+                                                               prior_dataset(job, of))],
+                          lambda job, _, of: _untrained_gan(job, of)),
+    "giml_generator": Kind(lambda job, _: [_giml(job)],
+                           lambda job, _, of: models.dcgan.load_generator(
+                               _giml(job), step=None if of is None else int(of))),
+    "public_data": Kind(lambda job, _: [paths.data_manifest(job.results, job.dataset)],
+                        lambda job, _m, _: (_public(job).x, _public(job).y)),
+    "bn_proxy": Kind(lambda job, _: [paths.data_manifest(job.results, job.dataset)],
+                     lambda job, model, _: dataset_statistics(
                          model, _public(job).x.to(next(model.parameters()).device))),
-    "model_zoo": Kind(_zoo_files, lambda job, _: _zoo(job)),
-    "defense": Kind(lambda job: defense_inputs(job),
-                    lambda job, model: build_defense(job, model)),
+    "model_zoo": Kind(lambda job, _: _zoo_files(job), lambda job, _m, _: _zoo(job)),
+    "defense": Kind(lambda job, _: defense_inputs(job),
+                    lambda job, model, _: build_defense(job, model)),
 }
+
+
+def artifact_files(job: Job, needed: str) -> list[Path]:
+    """The files of one needed artifact (``"gan"``, ``"gan:natural"``, ...)."""
+    kind, of = artifact_parts(needed)
+    return KINDS[kind].files(job, of)
 
 
 def defense_needs(job: Job) -> dict[str, str]:
@@ -138,7 +156,7 @@ def attack_needs(job: Job, label: str) -> dict[str, str]:
 
 
 def _files(needed: dict[str, str], job: Job) -> list[Path]:
-    return [f for kind in needed.values() for f in KINDS[kind].files(job)]
+    return [f for kind in needed.values() for f in artifact_files(job, kind)]
 
 
 def defense_inputs(job: Job) -> list[Path]:
@@ -161,7 +179,8 @@ def attack_inputs(job: Job) -> list[Path]:
 
 
 def kinds_needed(job: Job) -> set[str]:
-    """Every artifact kind the job's defense, attacks and metrics need."""
+    """Every artifact the job's defense, attacks and metrics need (``types.artifact``:
+    a kind, or a kind of a dataset or step)."""
     kinds = set(defense_needs(job).values())
     if job.attacks:
         kinds |= set(metric_needs(job).values())
@@ -171,7 +190,11 @@ def kinds_needed(job: Job) -> set[str]:
 
 
 def _loaded(needed: dict[str, str], job: Job, model: nn.Module | None) -> dict[str, Any]:
-    return {arg: KINDS[kind].load(job, model) for arg, kind in needed.items()}
+    loaded = {}
+    for arg, artifact in needed.items():
+        kind, of = artifact_parts(artifact)
+        loaded[arg] = KINDS[kind].load(job, model, of)
+    return loaded
 
 
 def build_defense(job: Job, model: nn.Module | None = None) -> defenses.Defense:

@@ -11,9 +11,9 @@ OFFLINE = {"digits", "natural"}  # bundled with scikit-learn and scikit-image
 
 
 def _offline(config: dict, target: dict) -> str:
-    configured = {case["dataset"] for case in config["cases"]}
-    datasets = set().union(*(configured & set(selection.get("datasets", configured))
-                             for selection in target["select"]))
+    datasets = {case["dataset"] for selection in target["select"] for case in config["cases"]
+                if case["dataset"] in selection.get("datasets", [case["dataset"]])
+                and case["model"] in selection.get("models", [case["model"]])}
     needed = sorted(datasets - OFFLINE)
     return "yes" if not needed else f"no: needs {', '.join(needed)}"
 
@@ -28,8 +28,9 @@ def targets_table(configs: list[Path]) -> str:
             target = config["targets"][name]
             folder = paths.target_dir(Path("results"), name).as_posix()
             files = [f"{name}{suffix}" for suffix, key in
-                     ((".csv", "table"), ("_vs_paper.csv", "reference"), (".png", "figure"))
+                     ((".csv", "table"), ("_vs_paper.csv", "reference"))
                      if key in target or (key == "reference" and name in config["reference"])]
+            files += [f"{name}{panel}.png" for panel, _ in cfg.figure_specs(target)]
             command = f"`snakemake --cores all --configfile {path.as_posix()} {folder}`"
             lines.append(f"| {path.stem} | {name} | {target['title']} | {command} | "
                          f"`{folder}/`: {', '.join(files)} | {_offline(config, target)} |")

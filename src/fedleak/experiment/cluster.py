@@ -66,12 +66,14 @@ def rate() -> float:
 
 
 def attack_minutes(config: Mapping, labels: tuple[str, ...]) -> int:
-    """Wall time of one attack job: its victims x restarts x iterations at the assumed rate."""
+    """Wall time of one attack job: its victims x restarts x iterations at the assumed rate
+    (x the uploads of a sequence victim, ``attack.sequence.steps``)."""
     work = 0
+    uploads = max(1, config["attack"]["sequence"]["steps"])
     for label in labels:
         _, params = plan.attack_of(config, label)
         work += (plan.victims(config, label) * params.get("restarts", 1)
-                 * params.get("iterations", 1000))
+                 * params.get("iterations", 1000) * uploads)
     return STARTUP_MINUTES + math.ceil(2 * work / rate() / 60)
 
 

@@ -20,7 +20,8 @@ NONE = plan.NONE
 
 
 def _keys(config: dict, point: plan.Point, seed: int) -> dict:
-    keys = {"case": point.case, "dataset": plan.find_case(config, point.case)["dataset"],
+    case = plan.find_case(config, point.case)
+    keys = {"case": point.case, "dataset": case["dataset"], "model": case["model"],
             "defense": point.setting.label, "strength": point.setting.strength,
             "series": point.series, "seed": seed}
     for key, value in point.swept:

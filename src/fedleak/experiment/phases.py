@@ -5,6 +5,7 @@ atomically; each is a function of (configuration, seed)."""
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from pathlib import Path
@@ -14,10 +15,19 @@ import torch
 
 from fedleak import attacks, data, defenses, metrics, models
 from fedleak.attacks.bn_statistics import batch_statistics
+from fedleak.attacks.gradient_sequence import ObservedSequence
+from fedleak.config import sequence_problem
 from fedleak.experiment import paths, plan
-from fedleak.experiment.artifacts import Job, build_attack, build_defense, kinds_needed
-from fedleak.fl import FLSettings, client_update, run_federated
-from fedleak.types import Observation, Setting
+from fedleak.experiment.artifacts import (
+    Job,
+    artifact_files,
+    build_attack,
+    build_defense,
+    kinds_needed,
+    prior_dataset,
+)
+from fedleak.fl import FLSettings, client_update, local_update, run_federated
+from fedleak.types import Observation, Setting, artifact_parts
 from fedleak.utils.io import (
     load_state,
     load_torch,
@@ -26,7 +36,7 @@ from fedleak.utils.io import (
     save_torch,
     write_json,
 )
-from fedleak.utils.seeding import child_seeds, seed_everything
+from fedleak.utils.seeding import child_seeds, derived_seed, seed_everything
 
 NONE = plan.NONE
 
@@ -86,27 +96,41 @@ def train_evalnet(config: dict, results: Path, dataset: str) -> None:
 
 
 def _save_generator(out: Path, generator: models.Generator, spec: dict, channels: int,
-                    log: dict) -> None:
+                    log: dict, checkpoints: dict[int, dict] | None = None) -> None:
+    """The generator (and GIML's ``checkpoints``, outer step -> state), its samples and
+    log. With several checkpoints the samples are one row per kept step, the same 8 latent
+    codes in every row (GIAS Fig. 6(a)); else 64 samples."""
     save_torch(out, {"generator": generator.state_dict(), "latent_dim": spec["latent_dim"],
-                     "width": spec["width"], "channels": channels})
+                     "width": spec["width"], "channels": channels,
+                     **({"checkpoints": checkpoints} if checkpoints else {})})
     with torch.no_grad():
         z = torch.randn(64, spec["latent_dim"], generator=torch.Generator().manual_seed(0))
-        save_image_grid((generator(z) + 1) / 2, out.with_suffix(".png"), nrow=8)
+        images = generator(z)
+        if checkpoints and len(checkpoints) > 1:
+            shown = models.Generator(spec["latent_dim"], channels, spec["width"]).eval()
+            images = torch.cat([load_state(shown, state, out, f"step {step}")(z[:8])
+                                for step, state in sorted(checkpoints.items())])
+        save_image_grid((images + 1) / 2, out.with_suffix(".png"), nrow=8)
     write_json(out.with_suffix(".json"), log)
 
 
-def train_gan(config: dict, results: Path) -> None:
-    """The DCGAN prior of the GAN-based attacks, on ``gan.dataset``'s ``gan.split``."""
+def train_gan(config: dict, results: Path, dataset: str | None = None) -> None:
+    """The DCGAN prior of the GAN-based attacks on ``dataset``'s ``gan.split`` (None:
+    ``gan.dataset``; another: the wrong prior an attack's ``prior_dataset`` names)."""
     spec = config["gan"]
+    dataset = dataset or spec["dataset"]
+    if dataset not in config["datasets"]:
+        raise ValueError(f"dataset {dataset!r} is not configured; expected one of "
+                         f"{sorted(config['datasets'])}")
     seed_everything(spec["seed"], config["threads"])
-    images = data.load_prepared(paths.data_dir(results, spec["dataset"]), spec["split"]).x
+    images = data.load_prepared(paths.data_dir(results, dataset), spec["split"]).x
     # the DCGAN generates 32x32; attacks resize to the model's input
     images = _resized(images, (32, 32)).clamp(0, 1)
     generator, log = models.dcgan.train_dcgan(
         images, epochs=spec["epochs"], batch_size=spec["batch_size"], lr=spec["lr"],
         latent_dim=spec["latent_dim"], width=spec["width"], seed=spec["seed"])
-    _save_generator(paths.gan_file(results, spec["dataset"]), generator, spec, images.shape[1],
-                    {"dataset": spec["dataset"], "split": spec["split"], "log": log})
+    _save_generator(paths.gan_file(results, dataset), generator, spec, images.shape[1],
+                    {"dataset": dataset, "split": spec["split"], "log": log})
 
 
 def build_model(case: dict, prepared: data.ImageData) -> torch.nn.Module:
@@ -146,9 +170,19 @@ def train_giml(config: dict, results: Path, case: str) -> None:
     generator.apply(models.dcgan.init_weights)
     keys = ("outer_steps", "tasks_per_step", "latent_iterations", "parameter_iterations",
             "lr_z", "lr_w", "meta_optimizer", "meta_lr", "tv", "z_norm", "seed")
-    meta, log = meta_learn_generator(observations, generator, **{k: spec[k] for k in keys})
+    kept = sorted({*spec["checkpoints"], spec["outer_steps"]})  # Fig. 6: attacks' `step`
+    checkpoints: dict[int, dict] = {}
+
+    def keep(step: int, net: torch.nn.Module, _entry: dict | None = None) -> None:
+        if step in kept:
+            checkpoints[step] = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+
+    keep(0, generator)  # the random start
+    meta, log = meta_learn_generator(observations, generator, callback=keep,
+                                     **{k: spec[k] for k in keys})
     _save_generator(paths.giml_file(results, case), meta, spec, train.x.shape[1],
-                    {"case": case, "spec": spec, "indices": sorted(chosen.tolist()), "log": log})
+                    {"case": case, "spec": spec, "indices": sorted(chosen.tolist()),
+                     "checkpoints": kept, "log": log}, checkpoints)
 
 
 def run_fl(config: dict, results: Path, case: str, setting: Setting, seed: int) -> None:
@@ -217,6 +251,31 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def _victim_batches(labels: np.ndarray, spec: dict, rng: np.random.Generator
+                    ) -> list[np.ndarray]:
+    """``attack.victims`` disjoint batches of ``attack.batch_size`` training indices, sorted;
+    with ``distinct_labels`` each batch's labels differ (drawn without replacement per class,
+    the classes of a batch drawn at random)."""
+    count, size = spec["victims"], spec["batch_size"]
+    if not spec["distinct_labels"]:
+        chosen = rng.choice(len(labels), count * size, replace=False)
+        return [np.sort(chosen[v * size:(v + 1) * size]) for v in range(count)]
+    classes = np.unique(labels)
+    if size > len(classes):
+        raise ValueError(f"attack.batch_size {size} with attack.distinct_labels needs at least "
+                         f"{size} classes; the data have {len(classes)}")
+    pools = {c: list(rng.permutation(np.flatnonzero(labels == c))) for c in classes}
+    batches = []
+    for v in range(count):
+        left = [c for c in classes if pools[c]]
+        if len(left) < size:
+            raise ValueError(f"attack.victims {count} x batch_size {size} with distinct labels "
+                             f"exhausts the training split after {v} victims")
+        picked = rng.choice(left, size, replace=False)
+        batches.append(np.sort([pools[c].pop() for c in picked]))
+    return batches
+
+
 def _victims(job: Job, model: torch.nn.Module, train: data.ImageData,
              defense: defenses.Defense, seeds: dict) -> tuple[list, list]:
     """The observations (defended uploads) of ``attack.victims`` client batches, and the
@@ -224,11 +283,10 @@ def _victims(job: Job, model: torch.nn.Module, train: data.ImageData,
     SGD steps on its batch, then the defense); the attacks match one gradient step."""
     spec, fl = job.resolved["attack"], job.resolved["fl"]
     device = next(model.parameters()).device
-    rng = np.random.default_rng(seeds["victims"])
-    chosen = rng.choice(len(train), spec["victims"] * spec["batch_size"], replace=False)
+    batches = _victim_batches(train.y.numpy(), spec, np.random.default_rng(seeds["victims"]))
     observations, truths = [], []
-    for v in range(spec["victims"]):
-        idx = torch.from_numpy(np.sort(chosen[v * spec["batch_size"]:(v + 1) * spec["batch_size"]]))
+    for v, batch in enumerate(batches):
+        idx = torch.from_numpy(batch)
         x, y = train.x[idx].to(device), train.y[idx].to(device)
         # attribute tasks: the batch's sensitive attributes, which RecUP-FL protects
         batch = (x, y, {a: values[idx] for a, values in train.attributes.items()}) \
@@ -244,6 +302,78 @@ def _victims(job: Job, model: torch.nn.Module, train: data.ImageData,
     return observations, truths
 
 
+def _sequence_victims(job: Job, model: torch.nn.Module, train: data.ImageData,
+                      defense: defenses.Defense, seeds: dict) -> tuple[list, list]:
+    """GIAS App. D, Fig. A3: the victims' batches of :func:`_victims`, each now a client's
+    local dataset of ``attack.batch_size`` images seen through ``attack.sequence.steps``
+    uploads (an ``ObservedSequence``), and the truths (the whole batches). Upload t is of a
+    random subset S_t of ``attack.sequence.subset`` images (seeded per victim) under
+    theta_t, made as FL clients make theirs (``fl.client_update``: local steps, then the
+    defense). theta_1 is the attacked round's model; then ``reinitialised``: a fresh
+    initialisation of the case's model seeded per step, the same for every victim;
+    ``trained``: the victim's theta_{t-1} after its own ``fl.local_steps`` SGD steps at
+    ``fl.local_lr`` on S_{t-1} (the clean gradient: the defense changes only uploads)."""
+    spec, fl = job.resolved["attack"], job.resolved["fl"]
+    steps, size, theta_mode = (spec["sequence"][k] for k in ("steps", "subset", "theta"))
+    device = next(model.parameters()).device
+    batches = _victim_batches(train.y.numpy(), spec, np.random.default_rng(seeds["victims"]))
+    fresh = [model]
+    for t in range(1, steps if theta_mode == "reinitialised" else 1):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derived_seed(seeds["victims"], 0, t))
+            fresh.append(build_model(job.spec, train).to(device).train(model.training))
+    observations, truths = [], []
+    for v, batch in enumerate(batches):
+        idx = torch.from_numpy(batch)
+        x, y = train.x[idx].to(device), train.y[idx].to(device)
+        rng = np.random.default_rng(derived_seed(seeds["victims"], 1, v))
+        theta, uploads, subsets = model, [], []
+        for t in range(steps):
+            if theta_mode == "reinitialised":
+                theta = fresh[t]
+            elif t:  # the client trains on its previous upload's images
+                pseudo = local_update(theta, lambda _step, b=uploads[-1][1]: b,
+                                      fl["local_steps"], fl["local_lr"])
+                theta = copy.deepcopy(theta)
+                with torch.no_grad():
+                    for name, param in theta.named_parameters():
+                        param.sub_(fl["local_lr"] * pseudo[name])
+            subset = np.sort(rng.choice(len(batch), size, replace=False))
+            own = torch.from_numpy(subset).to(device)
+            part = (x[own], y[own], {a: values[idx][own.cpu()]
+                                     for a, values in train.attributes.items()}) \
+                if train.attributes else (x[own], y[own])
+            upload = client_update(theta, lambda _step, b=part: b, fl["local_steps"],
+                                   fl["local_lr"], defense,
+                                   torch.Generator().manual_seed(
+                                       derived_seed(seeds["defense"], v, t)))
+            uploads.append((Observation(model=theta, gradient=upload, batch_size=size,
+                                        labels=part[1],
+                                        bn_statistics=batch_statistics(theta, part[0]) or None),
+                            part))
+            subsets.append(tuple(subset.tolist()))
+        first = uploads[0][0]
+        observations.append(ObservedSequence(
+            model=first.model, gradient=first.gradient, batch_size=len(idx), labels=y,
+            steps=[obs for obs, _ in uploads], subsets=subsets))
+        truths.append((idx, x.cpu(), y.cpu()))
+    return observations, truths
+
+
+def _check_sequence(spec: dict, built: dict) -> None:
+    """ValueError, before any victim is made, unless ``attack.sequence`` can run: its
+    values together (``config.sequence_problem``) and every attack's cost sums over a
+    sequence (``Attack.sequences``)."""
+    if problem := sequence_problem(spec):
+        raise ValueError(problem)
+    refused = [label for label, attack in built.items() if not attack.sequences]
+    if spec["sequence"]["steps"] and refused:
+        raise ValueError(f"'attack.sequence.steps': {spec['sequence']['steps']} uploads, but "
+                         f"attack {refused[0]!r} cannot attack a sequence of uploads; expected "
+                         f"attacks whose cost sums over a sequence (inverting_gradients, gias "
+                         f"with sparsity 0, giml)")
+
+
 IMAGE_METRICS = {"psnr": metrics.psnr, "ssim": metrics.ssim, "mse": metrics.mse,
                  "lpips": metrics.lpips, "stlpips": metrics.stlpips}
 
@@ -255,7 +385,12 @@ def _victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstr
 
     ``failure`` says why a victim's numbers are not a reconstruction's: a defended upload
     with NaN/inf values, a reconstruction with NaN/inf pixels (its image metrics are NaN,
-    never averaged: tables count such victims) or a metric that came out NaN."""
+    never averaged: tables count such victims) or a metric that came out NaN.
+
+    A reconstruction that recovered every layer's input (``extra["inputs"]``, input layer
+    first: R-GAP's recursion) adds ``layer_errors``, each one's |x_r - x_r*| / |x_r*|
+    against the true batch's, and ``layers``, its per-layer report (``extra["layers"]``:
+    rank analysis, residual, how the layer was solved)."""
     idx, x, y = truth
     failure = None
     if not all(torch.isfinite(g).all() for g in obs.gradient.values()):
@@ -287,6 +422,9 @@ def _victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstr
         record[name] = float(np.mean(values))
         if not single:
             record[f"{name}_per_image"] = [float(value) for value in values]
+    if "inputs" in rec.extra:  # GIAS Figs. A1, A2: the error of every layer's input
+        record["layer_errors"] = metrics.layer_errors(obs.model, x, rec.extra["inputs"])
+        record["layers"] = rec.extra.get("layers")
     record["failure"] = failure
     return record, matched
 
@@ -335,9 +473,11 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
     model = model_at(job, train, job.checkpoint).to(resolve_device(config["device"]))
     defense = build_defense(job, model)
     built = {label: build_attack(job, label, model, defense, seeds["attack"]) for label in labels}
+    _check_sequence(spec, built)
     evalnet = (models.evalnet.load_evaluation_network(paths.evalnet_file(results, job.dataset))
                if "noise_ratio" in spec["metrics"] else None)
-    observations, truths = _victims(job, model, train, defense, seeds)
+    victims = _sequence_victims if spec["sequence"]["steps"] else _victims
+    observations, truths = victims(job, model, train, defense, seeds)
     out = paths.attack_dir(results, case, setting, seed)
     runs = {}
     for label in labels:
@@ -376,17 +516,23 @@ def outputs(config: dict, results: Path) -> dict[str, list[Path]]:
     when a planned defense, attack or metric needs them."""
     out: dict[str, list[Path]] = {"fl": [], "attacks": [], "gan": [], "giml": [],
                                   "evalnet": [], "zoo": []}
+    priors: set[str] = set()  # the datasets of the GAN priors, trained or not
     for case, setting in plan.fl_jobs(config):
         out["fl"] += [paths.fl_metrics(results, case, setting, seed)
                       for seed in config["fl"]["seeds"]]
     for case, setting in plan.jobs(config):
         job = Job(config, results, case, setting, config["attack"]["seeds"][0])
-        kinds = kinds_needed(job)
+        needed = kinds_needed(job)
+        kinds = {artifact_parts(n)[0] for n in needed}
         if job.attacks:
             out["attacks"] += [paths.attack_metrics(results, case, setting, seed)
                                for seed in config["attack"]["seeds"]]
-        if "gan" in kinds:
-            out["gan"].append(paths.gan_file(results, config["gan"]["dataset"]))
+        for artifact in needed:  # the priors: of gan.dataset or of an attack's prior_dataset
+            kind, of = artifact_parts(artifact)
+            if kind == "gan":
+                out["gan"] += artifact_files(job, artifact)
+            if kind in ("gan", "untrained_gan"):
+                priors.add(prior_dataset(job, of))
         if "giml_generator" in kinds:
             out["giml"].append(paths.giml_file(results, case))
         if "evalnet" in kinds:
@@ -402,8 +548,7 @@ def outputs(config: dict, results: Path) -> dict[str, list[Path]]:
     datasets = {plan.find_case(config, case)["dataset"] for case in plan.case_names(config)}
     if out["evalnet"]:
         datasets.add(config["evalnet"]["dataset"])
-    if out["gan"]:
-        datasets.add(config["gan"]["dataset"])
+    datasets |= priors
     out["data"] = [paths.data_manifest(results, d) for d in sorted(datasets)]
     out["tables"] = [paths.table(results, name) for name in tables(config)]
     out["figures"] = [paths.figure(results, name) for name in figures(config)]
@@ -476,6 +621,32 @@ def target_files(config: dict, results: Path, name: str) -> list[Path]:
     return sorted(files)
 
 
+def substitutions(config: dict) -> list[str]:
+    """What stands in for the paper's data and generative priors in this configuration
+    (report.md says it beside the results)."""
+    from fedleak.data.datasets import SHAPES
+
+    gan = config["gan"]
+    priors = sorted({of or gan["dataset"] for label in config["attacks"]
+                     for kind, of in map(artifact_parts, attacks.needs(
+                         *plan.attack_of(config, label)).values()) if kind == "gan"})
+    lines = []
+    for name in sorted({case["dataset"] for case in config["cases"]} | set(priors)):
+        kind = config["datasets"].get(name, {}).get("stand_in")
+        if kind:
+            c, h, w, classes = SHAPES[name]
+            source = ("scikit-learn's bundled digits, resized, with their 10 labels"
+                      if kind == "digits" else "torchvision's FakeData noise")
+            lines.append(f"`{name}` ({c}x{h}x{w}, {classes} classes) is the `{kind}` stand-in: "
+                         f"{source}, not {name}'s images.")
+    if priors:
+        lines.append(f"Generative priors: DCGANs ({gan['latent_dim']}-d latent, width "
+                     f"{gan['width']}, 32x32, resized to the model's input) trained in the "
+                     f"pipeline on the public split of {', '.join(priors)}, in place of the "
+                     f"papers' pretrained StyleGAN2/BigGAN.")
+    return lines
+
+
 def aggregate(config: dict, results: Path) -> None:
     """The standard tables and figures and report.md (with every target's result)."""
     from fedleak import report
@@ -490,7 +661,8 @@ def aggregate(config: dict, results: Path) -> None:
     figures_ = report.write_figures(tables_, wanted["attacks"], results / "figures",
                                     figures(config))
     targets = [report.load_target(path) for path in wanted["targets"]]
-    report.write_report(tables_, figures_, targets, paths.report(results), title=config["title"])
+    report.write_report(tables_, figures_, targets, paths.report(results), title=config["title"],
+                        substitutions=substitutions(config))
 
 
 def compare(config: dict, results: Path) -> str:

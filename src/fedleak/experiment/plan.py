@@ -17,7 +17,7 @@ from typing import Any
 
 from fedleak import config as cfg
 from fedleak import data
-from fedleak.types import Setting, frozen, number_text
+from fedleak.types import Setting, artifact_parts, frozen, number_text
 
 ATTACK_KEYS = ("attack.", "attacks.")  # overrides that leave the FL run unchanged
 NONE = Setting("none", 0)  # the undefended setting
@@ -78,8 +78,10 @@ def _override(key: str, defense: str, attacks: tuple[str, ...]) -> str | None:
 
 
 def _selection_points(config: dict, target: str, selection: dict) -> Iterator[Point]:
-    datasets = selection.get("datasets")
-    cases = [case_name(c) for c in config["cases"] if datasets is None or c["dataset"] in datasets]
+    datasets, models = selection.get("datasets"), selection.get("models")
+    cases = [case_name(c) for c in config["cases"]
+             if (datasets is None or c["dataset"] in datasets)
+             and (models is None or c["model"] in models)]
     defenses = selection.get("defenses", sorted(config["defenses"]))
     attacks = tuple(selection.get("attacks", sorted(config["attacks"])))
     sweep = selection.get("sweep", {})
@@ -100,10 +102,13 @@ def _selection_points(config: dict, target: str, selection: dict) -> Iterator[Po
 
 
 def target_order(name: str) -> tuple:
-    """Tables before figures, each in the paper's numbering (table2 before table10)."""
+    """Tables before figures, each in the paper's numbering (table2 before table10), the
+    appendix's (figa1) after the main text's."""
     kind = next((i for i, prefix in enumerate(("table", "fig")) if name.startswith(prefix)), 2)
+    rest = name.removeprefix(("table", "fig", "")[kind])
+    appendix = rest[:1] == "a" and rest[1:2].isdigit()
     digits = "".join(ch for ch in name if ch.isdigit())
-    return kind, int(digits) if digits else 0, name
+    return kind, appendix, int(digits) if digits else 0, name
 
 
 def targets(config: dict) -> list[str]:
@@ -157,11 +162,28 @@ def fl_setting(setting: Setting) -> Setting:
 
 def fl_jobs(config: dict) -> list[tuple[str, Setting]]:
     """Every (case, FL setting) to train; with attribute jobs, also each attribute case's
-    undefended run (the model zoo learns from its gradients)."""
+    undefended run (the model zoo learns from its gradients), and each case's undefended
+    run that an attack's artifact learns from (GIML's generator), whatever the settings
+    its attacks run in (GIAS Fig. 6: pruned uploads only)."""
     planned = {(case, fl_setting(s)) for case, s in jobs(config)}
     if attribute_jobs(config):
         planned |= {(case, NONE) for case in attribute_cases(config)}
+    planned |= {(case, NONE) for case in undefended_cases(config)}
     return sorted(planned, key=lambda cs: (cs[0], cs[1].text))
+
+
+FROM_UNDEFENDED = ("giml_generator",)  # artifacts learnt from a case's undefended FL run
+
+
+def undefended_cases(config: dict) -> set[str]:
+    """The cases one of whose planned attacks needs an artifact learnt from the case's
+    undefended FL run (``FROM_UNDEFENDED``)."""
+    from fedleak import attacks
+
+    labels = {label for label in config["attacks"]
+              if any(artifact_parts(kind)[0] in FROM_UNDEFENDED
+                     for kind in attacks.needs(*attack_of(config, label)).values())}
+    return {case for (case, _), planned in jobs(config).items() if labels & set(planned)}
 
 
 

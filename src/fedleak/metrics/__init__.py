@@ -1,4 +1,5 @@
-"""Image metrics (after optimal matching), utility metrics and the attack success rate."""
+"""Image metrics (after optimal matching), layer-wise errors of recovered layer inputs,
+utility metrics and the attack success rate."""
 
 from fedleak.metrics.image import (
     lpips,
@@ -10,7 +11,9 @@ from fedleak.metrics.image import (
     ssim,
     stlpips,
 )
+from fedleak.metrics.layers import layer_errors, layer_inputs
 from fedleak.metrics.utility import accuracy, evaluate, pmm
 
-__all__ = ["accuracy", "evaluate", "lpips", "lpips_unavailable_reason", "match", "mse",
-           "noise_ratio", "pmm", "psnr", "ssim", "stlpips"]
+__all__ = ["accuracy", "evaluate", "layer_errors", "layer_inputs", "lpips",
+           "lpips_unavailable_reason", "match", "mse", "noise_ratio", "pmm", "psnr", "ssim",
+           "stlpips"]

@@ -105,8 +105,9 @@ def train_dcgan(images: torch.Tensor, *, epochs: int, batch_size: int, lr: float
     return g_net.eval(), log
 
 
-def load_generator(path) -> Generator:
-    """The generator saved by ``fedleak train-gan`` (state dict + sizes), in eval mode."""
+def load_generator(path, step: int | None = None) -> Generator:
+    """The generator saved by ``fedleak train-gan`` or ``train-giml`` (state dict + sizes),
+    in eval mode; with ``step``, GIML's checkpoint of that outer step (``checkpoints``)."""
     from fedleak.utils.io import REMEDY, ArtifactError, load_state, load_torch
 
     saved = load_torch(path)
@@ -117,4 +118,12 @@ def load_generator(path) -> Generator:
         raise ArtifactError(f"{path} is not a saved generator (expected a dict of generator, "
                             f"latent_dim, channels and width; bad or missing {err}); {REMEDY}"
                             ) from None
-    return load_state(net, state, path, "the generator").eval()
+    if step is not None:
+        kept = saved.get("checkpoints") or {}
+        if step not in kept:
+            raise ArtifactError(f"{path} holds no generator of GIML step {step} (it holds "
+                                f"steps {sorted(kept)}: 'giml.checkpoints' when it was "
+                                f"written); {REMEDY}")
+        state = kept[step]
+    what = "the generator" if step is None else f"the generator of step {step}"
+    return load_state(net, state, path, what).eval()

@@ -78,13 +78,16 @@ def _target_section(target: TargetResult, report_path: Path) -> list[str]:
 
 def write_report(tables: dict[str, pd.DataFrame], figures: list[Path],
                  targets: list[TargetResult], report_path: Path,
-                 title: str = "fedleak report") -> Path:
-    """Write the markdown report to ``report_path`` (atomic, no timestamps) and return it."""
+                 title: str = "fedleak report", substitutions: list[str] | None = None) -> Path:
+    """Write the markdown report to ``report_path`` (atomic, no timestamps) and return it;
+    ``substitutions`` say what stands in for the paper's data and priors."""
     report_path = Path(report_path)
     sections = [f"# {title}",
                 "Made by `fedleak aggregate` from the pipeline's metrics files; rerunning "
                 "gives identical files. Success = SSIM > 0.9 (EPAFL); PMM = accuracy / "
                 "undefended accuracy x 100 (Refiner §5.3)."]
+    if substitutions:
+        sections += ["## Stand-ins", "\n".join(f"- {line}" for line in substitutions)]
     for target in targets:
         sections += _target_section(target, report_path)
     if not targets:

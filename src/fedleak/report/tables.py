@@ -14,6 +14,9 @@ from fedleak.utils.io import atomic_path
 
 IMAGE_METRICS = ["psnr", "ssim", "mse", "lpips", "stlpips", "noise_ratio"]
 VICTIM_METRICS = [*IMAGE_METRICS, "iterations"]
+# the best image of a victim's batch by each image metric (GIAS Fig. 4's best-in-batch
+# PSNR): ``<metric>_best`` from the per-image values (the batch mean for B = 1)
+BEST_IN_BATCH = {"psnr": np.max, "ssim": np.max, "mse": np.min, "lpips": np.min, "stlpips": np.min}
 # `failure`: why a run's or victim's numbers are missing or not a reconstruction's (NaN/inf
 # weights, uploads or pixels); such NaNs are never averaged: means skip them, `failed` counts
 UTILITY_COLUMNS = ["case", "defense", "strength", "seed", "final_accuracy", "test_loss",
@@ -96,7 +99,8 @@ def utility_table(fl_files: list[Path]) -> pd.DataFrame:
 
 
 def victim_rows(path: Path) -> list[dict]:
-    """One row per (attack, victim) of an attack job's metrics file."""
+    """One row per (attack, victim) of an attack job's metrics file (with ``layer_errors``,
+    a list, where the victim's record has them)."""
     job = load_record(path, ATTACK_KEYS)
     rows = []
     for label, run in sorted(job["runs"].items()):
@@ -110,6 +114,10 @@ def victim_rows(path: Path) -> list[dict]:
                                                  "stop_reason"]},
                 "fallback": bool(v.get("fallback", False)), "failure": v.get("failure"),
                 "label_correct": v["predicted_label"] == v["label"],
+                **{f"{m}_best": float(best(v.get(f"{m}_per_image", [v[m]])))
+                   for m, best in BEST_IN_BATCH.items() if m in v},
+                # R-GAP's error per layer, input layer first (the `layers` figure)
+                **({"layer_errors": v["layer_errors"]} if "layer_errors" in v else {}),
             })
     return rows
 

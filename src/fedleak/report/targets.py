@@ -2,8 +2,8 @@
 a tidy CSV, the paper's numbers beside ours, and a figure shaped like the paper's.
 
 The experiment layer gathers the runs into :class:`TargetInputs`; every frame carries the
-key columns ``case, dataset, defense, strength, series, seed`` (and ``attack`` where an
-attack ran; ``adversary, attribute, round`` in the attribute frame) plus one column per
+key columns ``case, dataset, model, defense, strength, series, seed`` (and ``attack``
+where an attack ran; ``adversary, attribute, round`` in the attribute frame) plus one column per
 swept configuration path, under its full dotted name and its last component
 (``attacks.hybrid.stopper.threshold`` and ``threshold``). A target's ``where`` keeps only
 the rows whose columns hold the listed values (:func:`select_rows`).
@@ -28,6 +28,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
+from fedleak.config import figure_specs  # noqa: E402
 from fedleak.report.attribute import attribute_tradeoff  # noqa: E402
 from fedleak.report.figures import save_figure  # noqa: E402
 from fedleak.report.style import (  # noqa: E402
@@ -53,7 +54,8 @@ LABELS = {"asr": "ASR (SSIM > 0.9)", "psnr": "PSNR (dB)", "ssim": "SSIM", "mse":
           "pmm": "PMM (%)", "test_loss": "test loss", "final_loss": "final gradient loss",
           "fallback": "clean-gradient fallbacks", "fallback_rate": "share of clean uploads",
           "attribute_asr": "attribute ASR", "learning_loss": "learning loss",
-          "chance": "chance (majority share)"}
+          "chance": "chance (majority share)", "psnr_best": "best PSNR in the batch (dB)",
+          "ssim_best": "best SSIM in the batch"}
 
 
 @dataclass
@@ -203,13 +205,27 @@ PAPER = Line2D([], [], color="grey", marker="o", markerfacecolor="none", linesty
 
 def line_figure(spec: dict, inputs: TargetInputs, title: str,
                 reference: dict | None = None) -> Figure:
-    """A metric against a swept value (or any key), one curve per ``hue``, and the paper's
-    numbers as hollow markers where its reference gives them."""
-    x, y, hue, panels = spec["x"], spec["y"], spec.get("hue"), spec.get("panels")
+    """A metric against a swept value (or any key), one curve per ``hue`` (or per metric when
+    ``y`` lists several), and the paper's numbers as hollow markers where its reference
+    gives them. A series without a value of a numeric ``x`` (its selection does not sweep
+    it: GIAS Fig. 6(b)'s wrong and untrained priors against the GIML step) is a horizontal
+    line at its value."""
+    x, hue, panels = spec["x"], spec.get("hue"), spec.get("panels")
+    metrics = spec["y"] if isinstance(spec["y"], list) else [spec["y"]]
+    y, ylabel = metrics[0], LABELS.get(metrics[0], LABELS.get(split_metric(metrics[0])[0],
+                                                                metrics[0]))
     keys = [k for k in (x, hue, panels) if k]
-    source = _source(inputs, [y])
-    data = _aggregate(source, keys, [y]).assign(_ours=True)
+    source = _source(inputs, metrics)
+    data = _aggregate(source, keys, metrics).assign(_ours=True)
     paper = _paper_rows(reference, [*keys, y]).assign(_ours=False)
+    if len(metrics) > 1:  # one curve per metric, named by its label
+        def long(frame: pd.DataFrame, present: list[str]) -> pd.DataFrame:
+            return frame.melt(id_vars=[*keys, "_ours"], value_vars=present, var_name="metric",
+                              value_name="value").assign(metric=lambda f: f["metric"].map(
+                                  lambda m: LABELS.get(m, m)))
+        paper = pd.concat([long(_paper_rows(reference, [*keys, m]).assign(_ours=False), [m])
+                           for m in metrics], ignore_index=True)
+        data, hue, y = long(data, metrics), "metric", "value"
     both = pd.concat([data, paper], ignore_index=True) if len(paper) else data
     numeric = pd.api.types.is_numeric_dtype(data[x]) and not pd.api.types.is_bool_dtype(data[x])
     if not numeric:  # categories in the order selected, then the paper's others, evenly
@@ -223,16 +239,23 @@ def line_figure(spec: dict, inputs: TargetInputs, title: str,
         for value, curve in (part.groupby(hue, sort=True) if hue else [(y, part)]):
             ours, theirs = (curve[curve["_ours"] == k].sort_values(x) for k in (True, False))
             style = styles[value]
+            flat = ours[ours[x].isna()] if numeric else ours.iloc[:0]
+            ours = ours[ours[x].notna()] if numeric else ours
             ax.plot(ours[x], ours[y], **style, label=str(value) if hue else "ours")
+            across = sorted(part.loc[part["_ours"] & part[x].notna(), x].unique()) \
+                if numeric else []
+            for level in flat[y].dropna():  # rows without x (their selection does not sweep
+                ax.plot(across, [level] * len(across), **style,  # it): a level at every x
+                        label=str(value) if hue else "ours")
             ax.plot(theirs[x], theirs[y], **{**style, "linestyle": "none"},
                     markerfacecolor="none", label=f"_paper {value}")
-        ax.set(title=label, xlabel=x, ylabel=LABELS.get(y, LABELS.get(split_metric(y)[0], y)))
+        ax.set(title=label, xlabel=x, ylabel=ylabel)
         if not numeric:
             ax.set_xticks(range(len(order)), order, rotation=30, ha="right")
         if spec.get("logx"):
             log_axis(ax, "x")
         elif numeric:
-            log_if_spread(ax, "x", both[x])
+            log_if_spread(ax, "x", both[x].dropna())
         if spec.get("logy"):
             log_axis(ax, "y")
         else:
@@ -296,11 +319,20 @@ def _row_label(row: pd.Series) -> str:
     return " / ".join(str(p) for p in parts if p)
 
 
+def _uploads(label: str) -> str:
+    """A setting's label without its attack-only overrides (``attacks.<label>.*``, e.g. the
+    GIML step of one attack): the uploads its attacks share."""
+    return "~".join(p for p in str(label).split("~") if not p.startswith("attacks."))
+
+
 def trace_figure(spec: dict, inputs: TargetInputs, title: str,
                  reference: dict | None = None) -> Figure:
     """The attack's loss against the iteration for the picked victims: one panel per row, a
     curve per victim; with ``hue`` (e.g. ``attack``) one panel per victim of the rows alike
-    in all else, a curve per value of ``hue`` (GIAS Fig. 3(b))."""
+    in all else (attacks of one setting's uploads, whatever their own overrides), a curve
+    per value of ``hue`` (GIAS Fig. 3(b)). ``align: end`` ends the curves of a panel
+    together (GIAS Fig. A4: GI-w's parameter search beside GI-z/w's, after its latent
+    search)."""
     hue = spec.get("hue")
     keys = [k for k in ("case", "defense", "strength", "series", "seed", "attack") if k != hue]
     curves = []  # (panel, panel title, label, trace)
@@ -308,7 +340,7 @@ def trace_figure(spec: dict, inputs: TargetInputs, title: str,
         traces = read_json(Path(row["details"]) / f"traces_{row['attack']}.json")
         for v in victims:
             if hue:
-                panel = (*(row[k] for k in keys), v)
+                panel = (*(_uploads(row[k]) if k == "defense" else row[k] for k in keys), v)
                 curves.append((panel, f"{row['dataset']} / victim {v}", str(row[hue]), traces[v]))
             else:
                 curves.append((row.name, _row_label(row), f"victim {v}", traces[v]))
@@ -316,9 +348,12 @@ def trace_figure(spec: dict, inputs: TargetInputs, title: str,
     styles = series_styles(label for _, _, label, _ in curves)
     fig, axes = plt.subplots(1, max(1, len(panels)), squeeze=False, layout="constrained",
                              figsize=(4.8 * max(1, len(panels)) + 1.5, 3.8))
+    longest = {panel: max(len(t) for p, _, _, t in curves if p == panel) for panel in panels}
     for panel, name, label, trace in curves:
         ax = axes[0][panels.index(panel)]
-        ax.plot(range(1, len(trace) + 1), trace, **styles[label], markevery=0.1, label=label)
+        start = 1 + (longest[panel] - len(trace) if spec.get("align") == "end" else 0)
+        ax.plot(range(start, start + len(trace)), trace, **styles[label], markevery=0.1,
+                label=label)
         ax.set(title=name, xlabel="iteration", ylabel="gradient distance", yscale="log")
     return finish(fig, _title(title, inputs.details), hue)
 
@@ -395,9 +430,48 @@ def attribute_figure(spec: dict, inputs: TargetInputs, title: str,
                               title=textwrap.fill(title, 80))
 
 
+def layers_figure(spec: dict, inputs: TargetInputs, title: str,
+                  reference: dict | None = None) -> Figure:
+    """The relative error |x_r - x_r*| / |x_r*| of every layer's recovered input against
+    the layer, input first (GIAS Figs. A1, A2; R-GAP's ``layer_errors``), log y: per curve
+    (``hue``, default attack) the median over victims and seeds with a band from the least
+    to the largest error, one panel per ``panels`` value."""
+    hue, panels = spec.get("hue", "attack"), spec.get("panels")
+    victims = inputs.victims
+    rows = (victims[victims["layer_errors"].map(lambda e: isinstance(e, (list, tuple)))]
+            if "layer_errors" in victims else victims.iloc[:0])
+    if rows.empty:
+        fig, ax = plt.subplots(figsize=(4, 1), layout="constrained")
+        ax.text(0.5, 0.5, "no per-layer errors (an attack that recovers every layer: rgap)",
+                ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    long = rows.assign(layer=rows["layer_errors"].map(lambda e: list(range(1, len(e) + 1))))
+    long = long.explode(["layer", "layer_errors"]).astype({"layer": int, "layer_errors": float})
+    keys = [k for k in (hue, panels) if k]
+    data = long.groupby([*keys, "layer"], sort=True)["layer_errors"].agg(
+        ["median", "min", "max"]).reset_index()
+    styles = series_styles(data[hue])
+    parts = _panels(data, panels)
+    fig, axes = plt.subplots(1, len(parts), squeeze=False, layout="constrained",
+                             figsize=(4.8 * len(parts) + 2.0, 3.8))
+    for ax, (label, part) in zip(axes[0], parts, strict=True):
+        for value, curve in part.groupby(hue, sort=True):
+            style = styles[value]
+            ax.plot(curve["layer"], curve["median"], **style, label=str(value))
+            ax.fill_between(curve["layer"], curve["min"], curve["max"], color=style["color"],
+                            alpha=0.15, linewidth=0)
+        ax.set(title=label, xlabel="layer (1: the input image; last: the FC layer's input)",
+               ylabel="relative error of the layer's input")
+        ax.set_xticks(sorted(part["layer"].unique()))
+        if (part["min"] > 0).any():
+            log_axis(ax, "y")
+    return finish(fig, _title(title, rows), hue)
+
+
 FIGURES = {"line": line_figure, "tradeoff": tradeoff_figure, "history": history_figure,
            "trace": trace_figure, "snapshots": snapshots_figure, "recon": recon_figure,
-           "attribute": attribute_figure}
+           "attribute": attribute_figure, "layers": layers_figure}
 
 
 def write_target(name: str, spec: dict, inputs: TargetInputs, reference: dict | None,
@@ -414,10 +488,11 @@ def write_target(name: str, spec: dict, inputs: TargetInputs, reference: dict | 
             keys = [*spec["table"]["rows"], *spec["table"].get("columns", [])]
             comparison, agreement = compare(table, keys, reference)
             files.append(write_csv(comparison, out_dir / f"{name}_vs_paper.csv"))
-    if "figure" in spec:
-        figure = FIGURES[spec["figure"]["kind"]](spec["figure"], inputs, spec["title"],
-                                                 reference)
-        files.append(save_figure(figure, out_dir / f"{name}.png"))
+    for panel, figure_spec in figure_specs(spec):
+        figure = FIGURES[figure_spec["kind"]](
+            figure_spec, select_rows(inputs, figure_spec.get("where")),
+            figure_spec.get("title", spec["title"]), reference)
+        files.append(save_figure(figure, out_dir / f"{name}{panel}.png"))
     write_json(out_dir / "summary.json", {"name": name, "title": spec["title"],
                                           "agreement": agreement,
                                           "files": [f.name for f in files]})
