@@ -15,8 +15,9 @@ def context(digits):
 
 
 def test_registry_lists_the_defenses():
-    assert defenses.available() == ["censor", "clipping", "dp_gaussian", "dp_laplace", "none",
-                                    "pruning", "quantization", "recupfl", "refiner", "soteria"]
+    assert defenses.available() == ["censor", "clipping", "dp_gaussian", "dp_laplace",
+                                    "layer_noise", "none", "pruning", "quantization", "recupfl",
+                                    "refiner", "soteria"]
     with pytest.raises(ValueError, match="unknown defense 'dp_gausian'"):
         defenses.build("dp_gausian")
 

@@ -4,6 +4,7 @@ from fedleak.defenses import (  # noqa: F401  (registration)
     censor,
     clipping,
     differential_privacy,
+    layer_noise,
     none,
     pruning,
     quantization,

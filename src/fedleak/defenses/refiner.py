@@ -11,7 +11,7 @@ model's layers from the input (weight and bias of one layer share i). The
 uploaded gradient is then projected onto the ball of radius epsilon * ||g||
 around the true gradient g (§4.1 bounds ||g* - g|| <= epsilon; Appendix C, the
 projection, is empty in our copy of the paper, and a radius relative to ||g||
-keeps epsilon meaningful across models and batch sizes). Defaults alpha = 0.5,
+keeps epsilon meaningful across models and batch sizes). Defaults (§5.2) alpha = 0.5,
 beta = 1, iota = 10, tau = 0.95; strength knob epsilon (§5.2 sweeps 0.01 ... 0.9).
 """
 

@@ -79,9 +79,11 @@ def _override(key: str, defense: str, attacks: tuple[str, ...]) -> str | None:
 
 def _selection_points(config: dict, target: str, selection: dict) -> Iterator[Point]:
     datasets, models = selection.get("datasets"), selection.get("models")
+    clients = selection.get("clients")
     cases = [case_name(c) for c in config["cases"]
              if (datasets is None or c["dataset"] in datasets)
-             and (models is None or c["model"] in models)]
+             and (models is None or c["model"] in models)
+             and (clients is None or c["partition"]["clients"] in clients)]
     defenses = selection.get("defenses", sorted(config["defenses"]))
     attacks = tuple(selection.get("attacks", sorted(config["attacks"])))
     sweep = selection.get("sweep", {})
