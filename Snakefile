@@ -27,6 +27,7 @@ include: "workflow/rules/gan.smk"
 include: "workflow/rules/fl.smk"
 include: "workflow/rules/attack.smk"
 include: "workflow/rules/attribute.smk"
+include: "workflow/rules/study.smk"
 include: "workflow/rules/aggregate.smk"
 
 

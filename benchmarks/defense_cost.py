@@ -2,8 +2,10 @@
 
 One client update = the defended upload of one batch (default 32 CIFAR-sized
 images, 3x32x32) on LeNet, ResNet-10 and ResNet-18, on the CPU and on CUDA when
-present. Each defense is timed ``--repeats`` times interleaved with ``none`` so
-machine noise hits both; the table reports medians and the ratio to ``none``.
+present. Every defense is timed ``--repeats`` times side by side, the order rotated
+each repeat after one warm-up (``fedleak.utils.timing.rotated``, as the pipeline's
+``defense_cost`` study, Refiner Table 5's target, times them); the table reports
+medians and the ratio to ``none``.
 A second table times Soteria's vectorised Jacobian against the per-feature loop
 (one backward pass per feature) on LeNet for several batch sizes, image sizes and
 channel counts (1 channel takes the forward-mode Jacobian, 3 the reverse mode).
@@ -16,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from fedleak import defenses, models
+from fedleak import defenses
+from fedleak.experiment.studies.defense_cost import build_model, untrained_evalnet
+from fedleak.utils.timing import rotated
 
 SETTINGS = {
     "none": {}, "dp_gaussian": {"sigma": 0.01}, "dp_laplace": {"scale": 0.01},
@@ -30,22 +33,6 @@ SETTINGS = {
     "soteria": {"ratio": 0.1},
     "censor": {"trials": 20}, "refiner": {"epsilon": 0.1},
 }
-
-
-def time_update(defense, model, x, y, device, repeats: int) -> list[float]:
-    seconds = []
-    for r in range(repeats):
-        ctx = defenses.DefenseContext(model=model, x=x, y=y,
-                                      generator=torch.Generator().manual_seed(r))
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        update = defense(ctx)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        seconds.append(time.perf_counter() - start)
-        del update
-    return seconds
 
 
 def soteria_speedup(device: torch.device, batches: list[int], sizes: list[int],
@@ -57,21 +44,13 @@ def soteria_speedup(device: torch.device, batches: list[int], sizes: list[int],
 
     rows = []
     for channels, size in product(channel_counts, sizes):
-        torch.manual_seed(0)
-        model = models.build("lenet", channels, 10, size).to(device)
+        model = build_model("lenet", (channels, size, size), 10, "lfw", 0).to(device)
         for batch in batches:
             x = torch.rand(batch, channels, size, size, device=device)
-            timings = {"loop": [], "vectorised": []}
-            for _ in range(repeats):
-                for label, fn in (("loop", feature_scores_loop), ("vectorised", feature_scores)):
-                    if device.type == "cuda":
-                        torch.cuda.synchronize()
-                    start = time.perf_counter()
-                    fn(model, x)
-                    if device.type == "cuda":
-                        torch.cuda.synchronize()
-                    timings[label].append(time.perf_counter() - start)
-            loop, fast = (statistics.median(timings[k]) for k in ("loop", "vectorised"))
+            times = rotated({"loop": lambda _r, m=model, x=x: feature_scores_loop(m, x),
+                             "vectorised": lambda _r, m=model, x=x: feature_scores(m, x)},
+                            repeats, 1, device)
+            loop, fast = (statistics.median(w for w, _ in times[k]) for k in ("loop", "vectorised"))
             rows.append({"device": device.type, "channels": channels, "image_size": size,
                          "batch": batch, "loop_seconds": loop, "vectorised_seconds": fast,
                          "speedup": loop / fast})
@@ -96,26 +75,23 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
     rows = []
+    labels = ["none", *(k for k in SETTINGS if k not in args.skip and k != "none")]
     for device in devices:
         for name in args.models:
-            torch.manual_seed(0)
-            model = models.build(name, 3, 10, 32).to(device)
+            model = build_model(name, (3, 32, 32), 10, "lfw", 0).to(device)
             x = torch.rand(args.batch, 3, 32, 32, device=device)
             y = torch.randint(0, 10, (args.batch,), device=device)
-            evalnet = models.EvaluationNetwork(3, 32).to(device).eval()
-            for label, params in SETTINGS.items():
-                if label in args.skip:
-                    continue
-                if label == "refiner":
-                    params = {**params, "evalnet": evalnet}
-                defense = defenses.build(label, **params)
-                baseline = time_update(defenses.build("none"), model, x, y, device, args.repeats)
-                cost = time_update(defense, model, x, y, device, args.repeats)
+            evalnet = untrained_evalnet((3, 32, 32), [128, 256, 512], "refiner").to(device)
+            built = {label: defenses.build(label, **SETTINGS[label], **(
+                {"evalnet": evalnet} if label == "refiner" else {})) for label in labels}
+            times = rotated({label: lambda r, d=defense, m=model, x=x, y=y: d(
+                defenses.DefenseContext(m, x, y, generator=torch.Generator().manual_seed(r)))
+                for label, defense in built.items()}, args.repeats, 1, device)
+            medians = {label: statistics.median(w for w, _ in v) for label, v in times.items()}
+            for label in labels:
                 rows.append({"device": device.type, "model": name, "defense": label,
-                             "seconds": statistics.median(cost),
-                             "none_seconds": statistics.median(baseline)})
-                seconds = rows[-1]["seconds"]
-                print(f"{device.type:4} {name:9} {label:13} {seconds:.4f} s", flush=True)
+                             "seconds": medians[label], "none_seconds": medians["none"]})
+                print(f"{device.type:4} {name:9} {label:13} {medians[label]:.4f} s", flush=True)
     table = pd.DataFrame(rows)
     table["ratio_to_none"] = table["seconds"] / table["none_seconds"]
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -17,10 +17,11 @@ RecUP-FL's zoo is the paper's: 20 defender models with hidden widths drawn from 
 attributes costs M times the perturbation.
 
 Each repeat takes the next batch and runs every defense on it, the order rotated by
-one per repeat so that machine noise hits all alike; wall and process CPU time
-(``time.process_time``, robust to other processes on a shared machine) are reported as
-median and interquartile range, with each defense's ratio to DP-Gaussian and to Soteria
-(ratios of medians).
+one per repeat so that machine noise hits all alike (``fedleak.utils.timing.rotated``,
+as the pipeline's ``defense_cost`` study, RecUP-FL Table 1's target, times them); wall
+and process CPU time (``time.process_time``, robust to other processes on a shared
+machine) are reported as median and interquartile range, with each defense's ratio to
+DP-Gaussian and to Soteria (ratios of medians).
 
     python benchmarks/recupfl_cost.py [--batches 20 1] [--repeats 15] [--threads 1]
         [--cifar] [--lfw] [--out FILE.csv]
@@ -29,7 +30,6 @@ median and interquartile range, with each defense's ratio to DP-Gaussian and to 
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +39,7 @@ import torch
 
 from fedleak import data, defenses, models
 from fedleak.adversaries import features_of, train_zoo
+from fedleak.utils.timing import rotated
 
 DEFENSES = {
     "recupfl": {"epsilon": 0.001, "iterations": 10, "models": 5},
@@ -92,22 +93,21 @@ def time_shape(shape: Shape, args: argparse.Namespace) -> list[dict]:
     zoo = zoo_for(model, images, shape, args)
     built = {name: defenses.build(name, **({"zoo": zoo} if name == "recupfl" else {}),
                                   **params) for name, params in DEFENSES.items()}
-    names = list(built)
     rows = []
     for batch in args.batches:
-        for r in range(args.repeats + 1):  # repeat 0 warms up (Soteria's scripted Jacobian)
+        def defend(r: int, name: str, batch: int = batch) -> None:
             part = 600 + (r * batch + torch.arange(batch)) % (len(images) - 600)  # unseen
-            x, y = images.x[part], images.y[part]
             attributes = {shape.attribute: images.attributes[shape.attribute][part]}
-            for name in names[r % len(names):] + names[:r % len(names)]:
-                ctx = defenses.DefenseContext(model, x, y, torch.Generator().manual_seed(r),
-                                              attributes=attributes)
-                wall, cpu = time.perf_counter(), time.process_time()
-                built[name](ctx)
-                if r:
-                    rows.append({"shape": shape.name, "batch": batch, "defense": name, "repeat": r,
-                                 "wall_s": time.perf_counter() - wall,
-                                 "cpu_s": time.process_time() - cpu})
+            built[name](defenses.DefenseContext(model, images.x[part], images.y[part],
+                                                torch.Generator().manual_seed(r),
+                                                attributes=attributes))
+
+        # repeat 0 warms up (Soteria's scripted Jacobian); each repeat takes the next batch
+        times = rotated({name: lambda r, n=name: defend(r, n) for name in built},
+                        args.repeats, 1)
+        rows += [{"shape": shape.name, "batch": batch, "defense": name, "repeat": r + 1,
+                  "wall_s": wall, "cpu_s": cpu}
+                 for name, runs in times.items() for r, (wall, cpu) in enumerate(runs)]
         done = pd.DataFrame(rows).query("batch == @batch")
         medians = done.groupby("defense", sort=False)["cpu_s"].median()
         print(f"{shape.name} batch {batch}, median CPU seconds: "

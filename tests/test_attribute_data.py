@@ -170,14 +170,14 @@ def test_stand_ins_have_paper_shapes_and_attribute_classes(name):
     assert tuple(stand_in.x.shape[1:]) == PAPER_SHAPES[name]
     assert 0 <= float(stand_in.x.min()) and float(stand_in.x.max()) <= 1
     assert int(stand_in.y.max()) < stand_in.num_classes == data.datasets.SHAPES[name][3]
-    assert set(stand_in.attributes) == set(A.CLASSES[name])
+    assert set(stand_in.attributes) == set(A.CLASSES[name]) | set(A.GROUPS.get(name, ()))
     for attr, k in A.CLASSES[name].items():
         counts = torch.bincount(stand_in.attributes[attr], minlength=k)
         assert len(counts) == k and counts.min() >= 0.9 * len(stand_in) / k, (attr, counts)
         assert _independence_p(stand_in.attributes[attr], stand_in.y) > 0.99
     fake = data.datasets.load_stand_in(name, "fake", seed=1)
     assert tuple(fake.x.shape[1:]) == PAPER_SHAPES[name]
-    assert {a: int(v.max()) < A.CLASSES[name][a] for a, v in fake.attributes.items()} == \
+    assert {a: int(fake.attributes[a].max()) < k for a, k in A.CLASSES[name].items()} == \
         {a: True for a in A.CLASSES[name]}
     assert torch.equal(fake.x, data.datasets.load_stand_in(name, "fake", seed=1).x)
 
@@ -293,8 +293,9 @@ def test_lfw_from_a_local_folder(tmp_path):
     assert lfw.attributes["race"].tolist() == np.argmax(
         np.stack([col["Asian"], col["White"], col["Black"]], 1), 1).tolist()
     assert lfw.attributes["gender"].tolist() == (col["Male"] > 0).astype(int).tolist()
-    assert {k: int(v.max()) < n for k, v in lfw.attributes.items()
-            for n in [A.CLASSES["lfw"][k]]} == {k: True for k in A.CLASSES["lfw"]}
+    assert {k: int(lfw.attributes[k].max()) < n for k, n in A.CLASSES["lfw"].items()} == \
+        {k: True for k in A.CLASSES["lfw"]}
+    assert lfw.attributes["identity"].tolist() == [0, 1, 1]  # one index per person
     (base / "lfw_funneled" / "Ann_Veneman" / "Ann_Veneman_0003.jpg").unlink()
     with pytest.raises(FileNotFoundError, match="1 image.*Ann_Veneman_0003.jpg"):
         data.load_lfw(tmp_path)

@@ -59,7 +59,7 @@ def test_a_label_runs_a_registered_attack_or_defense_under_another_name():
         "stopper": {"kind": "hybrid", "threshold": 1e-5, "patience": 15}})
     assert plan.attack_of(config, "idlg")[1]["stopper"] is None
     assert plan.defense_of(config, Setting.of("pruning_weight", 0.5)) == (
-        "pruning", {"mode": "weight", "ratio": 0.5})
+        "pruning", {"mode": "weight", "scope": "layer", "ratio": 0.5})
 
 
 def test_smoke_merges_its_overrides_before_validation():

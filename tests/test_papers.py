@@ -85,6 +85,10 @@ def test_readme_smoke_command_runs_every_target(paper, tmp_path):
                              cwd=root, env=ENV, capture_output=True, text=True)
     assert compare.returncode == 0, compare.stderr
     assert all(f"{name}: " in compare.stdout for name in config["reference"])
+    summary = compare.stdout[compare.stdout.index("pairs of rows ordered as in the paper"):]
+    assert all(re.search(rf"^  {name} +(\d+/\d+|- )", summary, re.M)
+               for name in config["reference"]), summary
+    assert re.search(r"^  all +\d+/\d+$", summary, re.M), summary
 
 
 def test_readme_targets_table_is_generated_from_the_configs(monkeypatch):

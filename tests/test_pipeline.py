@@ -50,7 +50,7 @@ def digests(root: Path) -> dict[str, str]:
 
 
 TEST_RUN = ["snakemake", "--cores", "all", "--configfile", "config/test.yaml"]  # as the README
-GPU_RULES = {"train_evalnet", "train_gan", "attack"}
+GPU_RULES = {"train_evalnet", "train_gan", "attack", "study"}
 
 
 @pytest.fixture(scope="module")

@@ -324,7 +324,7 @@ def test_pseudo_gradient_is_the_update_perturbed(setup):
 def test_invalid_parameters_and_contexts_fail_clearly(setup):
     zoo = setup["zoo"]
     defaults = dict(iterations=1, models=2, attributes=None, gamma=None, variant="meta",
-                    momentum=0.9, zoo_models=None)
+                    momentum=0.9, zoo_models=None, per_client=False)
     with pytest.raises(ValueError, match="epsilon must be >= 0, got -0.1"):
         RecUPFL(zoo=zoo, epsilon=-0.1, **defaults)
     with pytest.raises(ValueError, match="'epsilon': -0.1 is less than the minimum of 0"):

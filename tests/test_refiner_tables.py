@@ -74,7 +74,7 @@ def test_refiner_plans_tables_1_and_2_on_the_centralised_case():
     texts = {p.setting.text for p in table1}
     assert "pruning-0.2~fl.client_batch_size=512~fl.rounds=1960~mode=weight_grad" in texts
     # the FL-case targets do not pick up the centralised case or the Table 2 defense
-    others = [p for p in points if p.target not in ("table1", "table2")]
+    others = [p for p in points if p.target not in ("table1", "table2", "fig11", "fig12", "fig13")]
     assert {p.case for p in others} == {"cifar10-lenet-iid-k10"}
     assert "layer_noise" not in {p.setting.defense for p in others}
     assert len(refiner["reference"]["table1"]["rows"]) == 12
@@ -89,3 +89,23 @@ def test_a_selection_picks_cases_by_clients():
         "targets": {"t": {"title": "t", "select": [{"clients": [1], "attacks": []}],
                           "table": {"rows": ["defense"], "metrics": ["accuracy"]}}}})
     assert {p.case for p in plan.points(built)} == {"digits-lenet-iid-k1"}
+
+
+@pytest.mark.parametrize("mode", ["grad", "weight", "weight_grad"])
+def test_pruning_over_the_whole_model_keeps_the_largest_scores_anywhere(context, mode):
+    ctx = context()
+    true = ctx.true_gradient()
+    weights = dict(ctx.model.named_parameters())
+    model = defenses.build("pruning", ratio=0.6, mode=mode, scope="model")(ctx)
+    layer = defenses.build("pruning", ratio=0.6, mode=mode, scope="layer")(ctx)
+    score = {"grad": lambda k: true[k].abs(), "weight": lambda k: weights[k].detach().abs(),
+             "weight_grad": lambda k: (true[k] * weights[k].detach()).abs()}[mode]
+    kept = torch.cat([(model[k] != 0).flatten() for k in true])
+    scores = torch.cat([score(k).flatten() for k in true])
+    total = scores.numel()
+    assert int((~kept).sum()) == int(0.6 * total)
+    assert scores[kept].min() >= scores[~kept].max()  # one threshold over every layer
+    assert all(torch.equal(model[k][model[k] != 0], true[k][model[k] != 0]) for k in true)
+    per_layer = [int((layer[k] == 0).sum()) for k in true]
+    assert per_layer == [int(0.6 * true[k].numel()) for k in true]
+    assert [int((model[k] == 0).sum()) for k in true] != per_layer

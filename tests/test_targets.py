@@ -191,7 +191,8 @@ def test_victims_with_distinct_labels_and_the_best_image_of_each_batch(tmp_path)
     from fedleak.utils.io import write_json
 
     labels = np.repeat(np.arange(10), 30)
-    spec = {"victims": 12, "batch_size": 8, "distinct_labels": True}
+    spec = {"victims": 12, "batch_size": 8, "distinct_labels": True, "stride": 0,
+            "victim_class": None}
     batches = _victim_batches(labels, spec, np.random.default_rng(0))
     assert all(len(set(labels[b])) == 8 for b in batches)
     assert len(set(np.concatenate(batches))) == 96  # disjoint

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fedleak import attacks, defenses
 from fedleak import config as cfg
-from fedleak.experiment import attribute, catalog, phases, plan, verify
+from fedleak.experiment import attribute, catalog, phases, plan, studies, verify
 from fedleak.types import Setting
 
 
@@ -71,6 +71,8 @@ COMMANDS = {
                                                        a.seed),
                   "attribute-inference adversaries against one setting's uploads",
                   ["case", "setting", "seed"]),
+    "study": (lambda a, c: studies.run(c, a.results, a.name),
+              "one study target's measurement (no FL or attack run)", ["name"]),
     "target": (lambda a, c: phases.write_target(c, a.results, a.name),
                "one paper target's table, comparison with the paper and figure", ["name"]),
     "aggregate": (lambda a, c: phases.aggregate(c, a.results),

@@ -282,12 +282,58 @@ def figure_specs(target: dict) -> list[tuple[str, dict]]:
     return [(chr(ord("a") + i), f) for i, f in enumerate(figure)]
 
 
+def _validate_study(config: dict, name: str, target: dict) -> set[str]:
+    """The study's parameters, datasets and metrics checked; the columns of its rows."""
+    kind = target["study"]["kind"]
+    definition_ = definition("studies", kind)
+    target["study"] = resolve("studies", kind, target["study"], f"targets.{name}.study")
+    for key in ("dataset", "datasets"):
+        value = target["study"].get(key)
+        for dataset in [value] if isinstance(value, str) else value or []:
+            if dataset not in config["datasets"]:
+                raise ConfigError(f"invalid config: 'targets.{name}.study.{key}': {dataset!r} "
+                                  f"is not a configured dataset (expected one of "
+                                  f"{sorted(config['datasets'])})")
+    images = target["study"].get("images")
+    named = [target["study"]["dataset"]] if "dataset" in target["study"] else []
+    for dataset in [*named, *target["study"].get("datasets", [])]:
+        capacity = split_capacity(config, dataset, "test")
+        if images is not None and capacity is not None and images > capacity:
+            raise ConfigError(f"invalid config: 'targets.{name}.study.images' {images} is more "
+                              f"than the test split of {dataset!r} holds (at most {capacity})")
+    label, wanted = target["study"].get("defense"), definition_.get("defense")
+    labels = sorted(k for k in config["defenses"]
+                    if registered_name(config, "defenses", k) == wanted)
+    if label is not None and label not in labels:
+        raise ConfigError(f"invalid config: 'targets.{name}.study.defense': {label!r} is not a "
+                          f"configured {wanted} defense label (expected one of {labels})")
+    for i, label in enumerate(target["study"].get("defenses", [])):
+        if label not in config["defenses"]:
+            raise ConfigError(f"invalid config: 'targets.{name}.study.defenses[{i}]': {label!r} "
+                              f"is not a configured defense label (expected one of "
+                              f"{sorted(config['defenses'])})")
+    metrics = [m.partition(":")[0] for m in target.get("table", {}).get("metrics", [])]
+    metrics += [y for _, figure in figure_specs(target) for y in (
+        figure.get("y") if isinstance(figure.get("y"), list) else [figure.get("y")]) if y]
+    unknown = sorted({m.partition(":")[0] for m in metrics} - set(definition_["metrics"]))
+    if unknown:
+        raise ConfigError(f"invalid config: 'targets.{name}': {unknown[0]!r} is not a metric of "
+                          f"a {kind} study (expected one of {definition_['metrics']})")
+    return set(definition_["columns"])
+
+
 def _validate_targets(config: dict) -> None:
     datasets = set(schema()["properties"]["datasets"]["properties"])
     models = set(schema()["properties"]["cases"]["items"]["properties"]["model"]["enum"])
     for name, target in config["targets"].items():
         columns = set(ROW_KEYS)
-        for i, selection in enumerate(target["select"]):
+        if ("select" in target) == ("study" in target):
+            raise ConfigError(f"invalid config: 'targets.{name}': expected either 'select' (the "
+                              f"runs it reads) or 'study' (a measurement without runs), "
+                              f"{'not both' if 'select' in target else 'found neither'}")
+        if "study" in target:
+            columns = _validate_study(config, name, target)
+        for i, selection in enumerate(target.get("select", [])):
             where = f"targets.{name}.select[{i}]"
             for kind, known in (("datasets", datasets), ("models", models),
                                 ("defenses", set(config["defenses"])),
@@ -299,6 +345,16 @@ def _validate_targets(config: dict) -> None:
             for key, values in selection.get("sweep", {}).items():
                 for value in values:
                     _check_sweep_value(config, key, value, f"{where}.sweep")
+                columns |= {key, sweep_column(key)}
+            for key, values in selection.get("paired", {}).items():
+                strengths = selection.get("strengths", [])
+                if len(values) != len(strengths) or key in selection.get("sweep", {}):
+                    raise ConfigError(f"invalid config: '{where}.paired.{key}': {len(values)} "
+                                      f"value(s) for {len(strengths)} strength(s); expected one "
+                                      f"per entry of the selection's 'strengths', and the path "
+                                      f"not also under 'sweep'")
+                for value in values:
+                    _check_sweep_value(config, key, value, f"{where}.paired")
                 columns |= {key, sweep_column(key)}
         layout = [*target.get("table", {}).get("rows", []),
                   *target.get("table", {}).get("columns", []),
@@ -450,7 +506,9 @@ def _validate_combinations(config: dict) -> None:
     for i, case in enumerate(config["cases"]):
         part = case["partition"]
         key = (case["dataset"], case["model"], part["kind"],
-               part["alpha"] if part["kind"] == "dirichlet" else None, part["clients"])
+               {"dirichlet": part["alpha"], "client_dirichlet": part["alpha"],
+                "attribute": part["attribute"]}.get(part["kind"]),
+               part["clients"])
         if key in seen:
             raise ConfigError(f"invalid config: 'cases[{i}]': the same case as "
                               f"'cases[{seen[key]}]' ({case['dataset']}, {case['model']}, "
@@ -472,16 +530,25 @@ def _validate_combinations(config: dict) -> None:
                               f"{giml['observations']} x {giml['batch_size']} distinct images, "
                               f"but the train split of {case['dataset']!r} holds at most "
                               f"{capacity}; expected fewer")
-        wanted = config["attack"]["victims"] * config["attack"]["batch_size"]
-        if config["attacks"] and capacity is not None and wanted > capacity:
+        attack = config["attack"]
+        wanted = attack["victims"] * attack["batch_size"]
+        room = split_capacity(config, case["dataset"], attack["split"])
+        if config["attacks"] and room is not None and not attack["stride"] and wanted > room:
             raise ConfigError(f"invalid config: 'attack.victims' x 'attack.batch_size' = "
-                              f"{config['attack']['victims']} x {config['attack']['batch_size']}"
-                              f" = {wanted} distinct images, but the train split of "
-                              f"{case['dataset']!r} holds at most {capacity}; expected fewer "
-                              f"victims or a smaller batch")
+                              f"{attack['victims']} x {attack['batch_size']} = {wanted} distinct "
+                              f"images, but the {attack['split']} split of {case['dataset']!r} "
+                              f"holds at most {room}; expected fewer victims or a smaller batch")
+        needed = (wanted - 1) * attack["stride"] + 1  # CENSOR §V-B: every stride-th image
+        if config["attacks"] and room is not None and attack["stride"] and needed > room:
+            raise ConfigError(f"invalid config: 'attack.stride' {attack['stride']}: "
+                              f"{attack['victims']} victims x batch_size {attack['batch_size']}, "
+                              f"every {attack['stride']}th image, need {needed} images, but the "
+                              f"{attack['split']} split of {case['dataset']!r} holds at most "
+                              f"{room}; expected a smaller stride or fewer victims")
     if problem := sequence_problem(config["attack"]):
         raise ConfigError(f"invalid config: {problem}")
-    if config["attack"]["round"] > config["fl"]["rounds"]:
+    mixed = config["attack"]["mixed"]["batch_size"]  # CENSOR Fig. 2: the job trains its rounds
+    if config["attack"]["round"] > config["fl"]["rounds"] and not mixed:
         raise ConfigError(f"invalid config: 'attack.round': {config['attack']['round']} is after "
                           f"the last FL round ('fl.rounds' {config['fl']['rounds']}); expected "
                           f"0..{config['fl']['rounds']}")

@@ -72,7 +72,10 @@ class DefenseContext:
     """One client's view when it defends its upload: the model, its batch, a seeded RNG
     and, when it is not the plain gradient of the batch (local steps), the update itself.
     ``attributes`` maps each sensitive attribute of an attribute task (RecUP-FL) to the
-    batch's integer values, shape (B,); ``None`` for image tasks.
+    batch's integer values, shape (B,); ``None`` for image tasks. ``client`` is the
+    client's index in the FL partition (None where an upload is made outside an FL run),
+    for a defense whose configuration differs per client (RecUP-FL §6.4: half the clients
+    protect race, half gender).
 
     ``generator`` is accepted as the older name of ``rng``.
     """
@@ -80,7 +83,8 @@ class DefenseContext:
     def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                  rng: torch.Generator | None = None, gradient: Mapping | None = None, *,
                  generator: torch.Generator | None = None,
-                 attributes: Mapping[str, torch.Tensor] | None = None) -> None:
+                 attributes: Mapping[str, torch.Tensor] | None = None,
+                 client: int | None = None) -> None:
         if rng is not None and generator is not None:
             raise TypeError("DefenseContext takes rng= or its older name generator=, not both")
         if not isinstance(x, torch.Tensor) or x.ndim != 4:
@@ -100,6 +104,7 @@ class DefenseContext:
         self.rng = rng or generator or torch.Generator().manual_seed(0)
         self.gradient = None if gradient is None else Update(gradient)
         self.attributes = None if attributes is None else dict(attributes)
+        self.client = client
         for key, values in (self.attributes or {}).items():
             if tuple(values.shape) != (x.shape[0],):
                 raise ValueError(f"DefenseContext attributes[{key!r}] must have shape "

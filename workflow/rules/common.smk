@@ -7,7 +7,7 @@ import yaml
 from snakemake.utils import update_config
 
 from fedleak import config as fedleak_config
-from fedleak.experiment import cluster, paths, plan
+from fedleak.experiment import cluster, paths, plan, studies, victims
 from fedleak.experiment.artifacts import Job, attack_inputs, defense_inputs
 from fedleak.experiment.phases import missing_datasets, outputs, target_files
 from fedleak.types import Setting
@@ -75,6 +75,11 @@ if MISSING and not DRY_RUN:
     sys.exit(f"fedleak: {MISSING[0]}")
 for reason in MISSING if DRY_RUN else []:
     print(f"fedleak: warning: {reason}", file=sys.stderr)
+# The attack jobs' victims against the prepared splits (CENSOR's stride, a victim class);
+# data not prepared yet are checked when `prepare_data` has made them, before any FL run.
+VICTIM_PROBLEMS = victims.problems(config, RESULTS)
+if VICTIM_PROBLEMS:
+    sys.exit(f"fedleak: {VICTIM_PROBLEMS[0]}")
 
 
 def code(*subpackages):
@@ -83,7 +88,7 @@ def code(*subpackages):
     files = [root / "cli.py", root / "config.py", root / "types.py",
              root / "schemas" / "config.schema.yaml"]
     for sub in ("utils", "experiment", *subpackages):
-        files += sorted((root / sub).glob("*.py"))
+        files += sorted((root / sub).rglob("*.py"))
     return [str(f) for f in files]
 
 
@@ -203,6 +208,10 @@ def caption(figure):
 
 def target_inputs(wildcards):
     return target_files(config, RESULTS, wildcards.name)
+
+
+def study_inputs(wildcards):
+    return studies.inputs(config, RESULTS, wildcards.name)
 
 
 def target_params(wildcards):

@@ -38,6 +38,14 @@ class Adversary(ABC):
     # ``weights_only`` file (scikit-learn has no byte-stable format that loads without
     # running code: its adversaries are fitted where they are used)
     savable: bool = False
+    # where fit and predict run (``to``): the neural adversaries' networks train and predict
+    # there; scikit-learn's adversaries run on the CPU whatever it is
+    device: torch.device = torch.device("cpu")
+
+    def to(self, device: torch.device | str) -> Adversary:
+        """This adversary, fitting and predicting on ``device``; returns ``self``."""
+        self.device = torch.device(device)
+        return self
 
     @abstractmethod
     def fit(self, features: Any, labels: Any) -> Adversary:

@@ -128,7 +128,7 @@ class NeuralAdversary(Adversary):
         x = torch.from_numpy(np.ascontiguousarray(as_features(features)))
         y = torch.from_numpy(as_labels(labels, len(x)))
         classes = max(int(y.max()) + 1, 2)
-        self.net = make_net(x.shape[1], self.widths, classes, self.seed)
+        self.net = make_net(x.shape[1], self.widths, classes, self.seed).to(self.device)
         train_classifier(self.net, x, y, epochs=self.epochs, lr=self.lr,
                          momentum=self.momentum, batch_size=self.batch_size, seed=self.seed)
         return self
@@ -149,15 +149,15 @@ class NeuralAdversary(Adversary):
                              f"saved one has {list(state['widths'])}")
         self.net = FeatureNet(state["features"], self.widths, state["classes"])
         self.net.load_state_dict(state["net"])
-        self.net.eval()
+        self.net.to(self.device).eval()
         return self
 
     @torch.no_grad()
     def predict(self, features: Any) -> np.ndarray:
         if self.net is None:
             raise RuntimeError(f"adversary {self.name!r} is not fitted; call fit() first")
-        x = torch.from_numpy(np.ascontiguousarray(as_features(features)))
-        return self.net(x).argmax(dim=1).numpy()
+        x = torch.from_numpy(np.ascontiguousarray(as_features(features))).to(self.device)
+        return self.net(x).argmax(dim=1).cpu().numpy()
 
 
 @register("stru_nn")

@@ -57,6 +57,13 @@ class ModelZoo:
     def attributes(self) -> list[str]:
         return list(self.models)
 
+    def to(self, device: torch.device | str) -> ModelZoo:
+        """The zoo with every defender model moved (in place) to ``device``."""
+        for models in self.models.values():
+            for model in models:
+                model.to(device)
+        return self
+
 
 def _powers_of_two(widths: tuple[int, int]) -> list[int]:
     low, high = widths
@@ -97,7 +104,8 @@ def train_zoo(features: torch.Tensor, labels: Mapping[str, torch.Tensor],
         for i in range(size):
             hidden = [int(w) for w in rng.choice(choices, size=3)]
             model_seed = int(seeds[a * size + i])
-            net = make_net(features.shape[1], hidden, classes[attribute], model_seed)
+            net = make_net(features.shape[1], hidden, classes[attribute], model_seed
+                           ).to(features.device)
             train_classifier(net, features, y, epochs=epochs, lr=lr, momentum=momentum,
                              batch_size=batch_size, seed=model_seed)
             models[attribute].append(net.requires_grad_(False))

@@ -39,7 +39,9 @@ how to obtain it (:func:`missing`).
   > 0. Attributes, each the arg-max of the file's columns: ``race`` (3: Asian, White,
   Black), ``age`` (5: Baby, Child, Youth, Middle Aged, Senior), ``glasses`` (3: No
   Eyewear, Eyeglasses, Sunglasses), ``hair`` (4: Black Hair, Blond Hair, Brown Hair,
-  Bald); ``gender`` (2: Male > 0). The folder is read directly: torchvision's LFWPeople
+  Bald); ``gender`` (2: Male > 0); ``identity``, the person (index of the name in sorted
+  order; in ``GROUPS``, not ``CLASSES``: a client partition groups by it, RecUP-FL §6.4,
+  and the attribute track does not infer it). The folder is read directly: torchvision's LFWPeople
   would also need the .tgz archive (md5-checked) and its people lists beside it.
 - ``celeba``: CelebA in torchvision's layout, ``<root>/celeba/img_align_celeba/*.jpg``
   with ``list_attr_celeba.txt`` (and ``list_eval_partition.txt`` for a ``split``),
@@ -63,7 +65,9 @@ class count and attribute classes from the digits: ``digits`` ranks five shape m
 (ink, slant, stroke width, bounding-box aspect, vertical centroid) within each digit into
 k bins, so every attribute is balanced and independent of y (y: parity for two classes,
 the digit for ten; ``mnist_attributes``' stand-in is the parity task whatever ``task``
-says); ``fake`` draws seeded noise for x, y and the attributes.
+says), and a ``GROUPS`` attribute (LFW's ``identity``) is each distinct combination of the
+binned attributes, so a stand-in "person" has one race, gender, age... as a real one has;
+``fake`` draws seeded noise for x, y and the attributes (a group: one of N / 10).
 """
 
 from __future__ import annotations
@@ -91,6 +95,9 @@ CLASSES: dict[str, dict[str, int]] = {  # dataset -> attribute -> class count
     "audiomnist": {"gender": 2, "native": 2, "identity": 4, "accent": 2, "age": 3},
 }
 TASKS = {"parity": 2, "digit": 10}
+# dataset -> attributes that group samples rather than being inferred (not in CLASSES; the
+# attribute track leaves them alone): a client partition of kind `attribute` reads them
+GROUPS: dict[str, tuple[str, ...]] = {"lfw": ("identity",)}
 
 # --- digits and MNIST ------------------------------------------------------------------
 
@@ -399,7 +406,11 @@ def load_lfw(root: str | Path, image_set: str = "funneled") -> ImageData:
                   for name, columns in LFW_GROUPS.items()}
     attributes["gender"] = torch.from_numpy((scores["Male"] > 0).astype(np.int64))
     y = torch.from_numpy((scores["Smiling"] > 0).astype(np.int64))
-    return ImageData(x.contiguous(), y, 2, {k: attributes[k] for k in CLASSES["lfw"]})
+    kept = {k: attributes[k] for k in CLASSES["lfw"]}
+    names = sorted(set(people))
+    index = {name: i for i, name in enumerate(names)}
+    kept["identity"] = torch.tensor([index[p] for p in people], dtype=torch.int64)
+    return ImageData(x.contiguous(), y, 2, kept)
 
 
 # --- CelebA ----------------------------------------------------------------------------
@@ -660,6 +671,8 @@ def stand_in(name: str, kind: str, seed: int = 0) -> ImageData:
         x = torch.rand(count, channels, height, width, generator=g)
         y = torch.randint(classes, (count,), generator=g)
         attributes = {a: torch.randint(k, (count,), generator=g) for a, k in CLASSES[name].items()}
+        attributes |= {a: torch.randint(count // 10, (count,), generator=g)
+                       for a in GROUPS.get(name, ())}
         return ImageData(x, y, classes, attributes)
     if kind != "digits":
         raise ValueError(f"stand_in must be 'digits' or 'fake', got {kind!r}")
@@ -669,6 +682,9 @@ def stand_in(name: str, kind: str, seed: int = 0) -> ImageData:
                 _centroid_row(gray)]
     attributes = {a: torch.from_numpy(within_class_bins(measures[i % len(measures)], labels, k))
                   for i, (a, k) in enumerate(CLASSES[name].items())}
+    for group in GROUPS.get(name, ()):  # a "person": one combination of the attributes
+        combos = torch.stack([attributes[a] for a in CLASSES[name]], 1)
+        attributes[group] = torch.unique(combos, dim=0, return_inverse=True)[1]
     y = digits.y % 2 if classes == 2 else digits.y % classes
     if height == 1:  # tabular rows: the 32x32 image averaged into ``width`` features
         x = F.adaptive_avg_pool1d(digits.x.flatten(1).unsqueeze(1), width)

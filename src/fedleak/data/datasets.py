@@ -84,6 +84,11 @@ class ImageData:
         return ImageData(self.x[idx], self.y[idx], self.num_classes,
                          {k: v[idx] for k, v in self.attributes.items()})
 
+    def to(self, device: torch.device | str) -> ImageData:
+        """The same samples with every tensor on ``device`` (a phase's data, moved once)."""
+        return ImageData(self.x.to(device), self.y.to(device), self.num_classes,
+                         {k: v.to(device) for k, v in self.attributes.items()})
+
 
 def to_channels(x: torch.Tensor, channels: int) -> torch.Tensor:
     if channels not in (1, 3):
@@ -92,8 +97,8 @@ def to_channels(x: torch.Tensor, channels: int) -> torch.Tensor:
         return x
     if x.shape[1] == 1:
         return x.repeat(1, 3, 1, 1)
-    weights = torch.tensor([0.299, 0.587, 0.114], dtype=x.dtype).view(1, 3, 1, 1)
-    return (x * weights).sum(1, keepdim=True)
+    weights = torch.tensor([0.299, 0.587, 0.114], dtype=x.dtype, device=x.device)
+    return (x * weights.view(1, 3, 1, 1)).sum(1, keepdim=True)
 
 
 def load_digits(channels: int = 1, size: int = 32) -> ImageData:

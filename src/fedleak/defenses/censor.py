@@ -24,7 +24,9 @@ Every upload records in ``Update.info["fallback"]`` whether it is the clean grad
 Proposals (``proposal``): ``normal`` draws g_r ~ N(0, I) (Alg. 1 line 27, the
 paper's default); ``public`` uses the gradient of a random batch of public
 labelled images, the alternative of §V-E ("sampling from a public dataset other
-than a normal distribution", Fig. 10). An orthogonal upload has no first-order
+than a normal distribution", Fig. 10); ``public_class`` keeps the public images of one
+class only (Fig. 10: "random gradient vectors constructed from 'Black grouse' images",
+which mislead GGL into inverting black grouse). An orthogonal upload has no first-order
 effect on the client's loss: the projection also removes the part of a public
 gradient that the private one shares, most of its descent (docs/censor.md has the
 accuracies each variant gives).
@@ -58,10 +60,23 @@ class Censor(Defense):
     needs = {"public": Need("public_data", when={"proposal": ("public",)})}
 
     def __init__(self, *, trials: int, step: float, proposal: str, variant: str, scope: str,
+                 public_class: int | None,
                  public: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         if proposal == "public" and (public is None or len(public[0]) == 0):
             raise ValueError("censor proposal 'public' needs public= labelled images (x, y), "
                              "got none")
+        if public_class is not None:
+            if proposal != "public":
+                raise ValueError(f"censor public_class {public_class} chooses public images, "
+                                 f"but proposal is {proposal!r}; expected proposal 'public'")
+            keep = public[1] == public_class
+            if not bool(keep.any()):
+                present = sorted(set(public[1].tolist()))
+                raise ValueError(f"censor public_class {public_class}: the public images have "
+                                 f"no image of that class; expected one of their "
+                                 f"{len(present)} classes {present[:10]}"
+                                 f"{' ...' if len(present) > 10 else ''}")
+            public = (public[0][keep], public[1][keep])
         self.trials, self.step, self.proposal = int(trials), step, proposal
         self.variant, self.scope, self.public = variant, scope, public
 

@@ -1,9 +1,11 @@
 """Gradient pruning (Zhu et al., DLG §5, "gradient compression"; Aji and Heafield, 2017).
 
-Per layer, the fraction ``ratio`` of gradient entries with the smallest score is
-set to zero. Modes (Refiner §3.2.2, Table 1): ``grad`` scores by |gradient| (the
-classic defense, default), ``weight`` by |parameter value| and ``weight_grad`` by
-|gradient x value|, the element-wise importance Refiner's utility metric uses.
+The fraction ``ratio`` of gradient entries with the smallest score is set to zero, in
+each parameter tensor (``scope: layer``, DLG's code, the default) or over the whole model
+at once (``scope: model``, one threshold; Refiner §3.2.2 does not say which it used).
+Modes (Refiner §3.2.2, Table 1): ``grad`` scores by |gradient| (the classic defense,
+default), ``weight`` by |parameter value| and ``weight_grad`` by |gradient x value|, the
+element-wise importance Refiner's utility metric uses.
 """
 
 from __future__ import annotations
@@ -27,14 +29,22 @@ def prune_smallest(score: torch.Tensor, values: torch.Tensor, ratio: float) -> t
 
 @register("pruning")
 class Pruning(Defense):
-    def __init__(self, *, ratio: float, mode: str) -> None:
-        self.ratio, self.mode = ratio, mode
+    def __init__(self, *, ratio: float, mode: str, scope: str) -> None:
+        self.ratio, self.mode, self.scope = ratio, mode, scope
 
     def __call__(self, ctx: DefenseContext) -> Update:
         values = dict(ctx.model.named_parameters())
-        out = Update()
-        for k, g in ctx.true_gradient().items():
+        gradient = ctx.true_gradient()
+        scores = {}
+        for k, g in gradient.items():
             w = values[k].detach()
-            score = {"grad": g.abs(), "weight": w.abs(), "weight_grad": (g * w).abs()}[self.mode]
-            out[k] = prune_smallest(score, g, self.ratio)
-        return out
+            scores[k] = {"grad": g.abs(), "weight": w.abs(),
+                         "weight_grad": (g * w).abs()}[self.mode]
+        if self.scope == "layer":
+            return Update({k: prune_smallest(scores[k], g, self.ratio)
+                           for k, g in gradient.items()})
+        flat = prune_smallest(torch.cat([s.flatten() for s in scores.values()]),
+                              torch.cat([g.flatten() for g in gradient.values()]), self.ratio)
+        sizes = [g.numel() for g in gradient.values()]
+        return Update({k: part.view_as(g) for (k, g), part in
+                       zip(gradient.items(), flat.split(sizes), strict=True)})

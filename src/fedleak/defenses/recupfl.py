@@ -25,6 +25,11 @@ Eqs. 10-14, ``iterations`` unused): ``one_step`` (one random model, step eps),
 of eps/Q), ``momentum`` (the same with u_q = mu u_{q-1} + grad / ||grad||_1, step
 eps/Q sign(u_q), mu = 0.9).
 
+``per_client`` gives each client one of ``attributes``, client c the (c mod M)-th, with
+gamma 1 (§6.4, Fig. 7: "half of the clients select race as their specified attribute and
+the other clients select gender"); it needs the client's index (``ctx.client``, set by
+the FL run) and leaves ``gamma`` unused.
+
 ``zoo_models`` N uses the first N defender models of each attribute's zoo (each has its
 own widths and seed, so the first N are a zoo of N), for Fig. 8 (§6.6, zoo sizes 5 .. 20;
 with 5 and Q = 5 every iteration samples the same models); null uses them all (20, §5.3).
@@ -96,7 +101,8 @@ class RecUPFL(Defense):
 
     def __init__(self, *, zoo: ModelZoo, epsilon: float, iterations: int, models: int,
                  attributes: Sequence[str] | None, gamma: Sequence[float] | None,
-                 variant: str, momentum: float, zoo_models: int | None) -> None:
+                 variant: str, momentum: float, zoo_models: int | None,
+                 per_client: bool) -> None:
         if not isinstance(zoo, ModelZoo):
             raise ValueError(f"recupfl needs zoo=, a ModelZoo (fedleak.adversaries.load_zoo), "
                              f"got {type(zoo).__name__}")
@@ -133,6 +139,7 @@ class RecUPFL(Defense):
             raise ValueError(f"recupfl gamma must hold one weight >= 0 per protected attribute "
                              f"{self.protected}, got {gamma}")
         self.weights = dict(zip(self.protected, weights))
+        self.per_client = bool(per_client)
         for attribute in self.protected:
             needed = 1 if variant == "one_step" else self.models
             if len(zoo.models[attribute]) < needed:
@@ -241,10 +248,23 @@ class RecUPFL(Defense):
 
     # -- the defense ----------------------------------------------------------------------
 
+    def client_weights(self, ctx: DefenseContext) -> dict[str, float]:
+        """gamma per protected attribute for this upload: the configured ones, or with
+        ``per_client`` 1 for the client's own attribute and 0 for the others."""
+        if not self.per_client:
+            return self.weights
+        if ctx.client is None:
+            raise ValueError("recupfl per_client gives each client its own attribute, but this "
+                             "upload has no client index (DefenseContext client=None: made "
+                             "outside an FL run); expected per_client: false here")
+        own = self.protected[int(ctx.client) % len(self.protected)]
+        return {a: float(a == own) for a in self.protected}
+
     def __call__(self, ctx: DefenseContext) -> Update:
         g = ctx.true_gradient()
         labels = {a: self.batch_label(ctx, a) for a in self.protected}
-        active = [a for a in self.protected if self.weights[a] != 0]
+        weights = self.client_weights(ctx)
+        active = [a for a in self.protected if weights[a] != 0]
         if not active or self.epsilon == 0:
             return Update(g)
         perturb = self.meta if self.variant == "meta" else self.appendix_e
@@ -253,5 +273,5 @@ class RecUPFL(Defense):
             peb = torch.zeros_like(clean)
             for attribute in active:
                 w = perturb(clean, attribute, labels[attribute], ctx.rng)
-                peb = peb + self.weights[attribute] * (w - clean)
+                peb = peb + weights[attribute] * (w - clean)
         return Update({k: g[k] + p for k, p in zip(g, unflatten(peb, g))}, **g.info)

@@ -17,6 +17,7 @@ from fedleak import adversaries, attacks, data, defenses, models
 from fedleak.attacks.bn_statistics import dataset_statistics
 from fedleak.experiment import paths, plan
 from fedleak.types import Setting, artifact_parts
+from fedleak.utils.device import to_device
 
 
 @dataclass
@@ -63,7 +64,7 @@ class Job:
 
     @property
     def checkpoint(self) -> Path:
-        round_ = self.resolved["attack"]["round"]
+        round_ = plan.saved_round(self.resolved["attack"])
         return paths.checkpoint(self.results, self.case, plan.fl_setting(self.setting),
                                 self.seed, round_)
 
@@ -190,11 +191,15 @@ def kinds_needed(job: Job) -> set[str]:
 
 
 def _loaded(needed: dict[str, str], job: Job, model: nn.Module | None) -> dict[str, Any]:
+    """The needed artifacts, each on ``model``'s device when there is a model (networks,
+    generators, the model zoo, public data; files are read on the CPU)."""
     loaded = {}
     for arg, artifact in needed.items():
         kind, of = artifact_parts(artifact)
         loaded[arg] = KINDS[kind].load(job, model, of)
-    return loaded
+    if model is None:
+        return loaded
+    return to_device(loaded, next(model.parameters()).device)
 
 
 def build_defense(job: Job, model: nn.Module | None = None) -> defenses.Defense:

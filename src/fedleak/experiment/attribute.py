@@ -33,6 +33,7 @@ from fedleak.experiment.artifacts import Job, build_defense
 from fedleak.experiment.phases import model_at
 from fedleak.fl import client_update
 from fedleak.types import Setting, Update
+from fedleak.utils.device import select
 from fedleak.utils.io import REMEDY, ArtifactError, load_torch, read_json, save_torch, write_json
 from fedleak.utils.seeding import child_seeds, seed_everything
 
@@ -54,9 +55,11 @@ def train_zoo(config: dict, results: Path, case: str, seed: int, round_: int) ->
     if not names:
         raise ValueError(f"case {case!r} has no sensitive attributes to train a zoo for")
     job = Job(config, results, case, plan.NONE, seed)
+    device = select(config["device"])
     seed_everything(spec["seed"], config["threads"])
-    d_train = _d_train(config, job)
-    model = model_at(job, d_train, paths.checkpoint(results, case, plan.NONE, job.seed, round_))
+    d_train = _d_train(config, job).to(device)
+    model = model_at(job, d_train, paths.checkpoint(results, case, plan.NONE, job.seed, round_)
+                     ).to(device)
     features = features_of(model, d_train.x, d_train.y, spec["feature_size"])
     zoo = train_defender_zoo(features, {a: d_train.attributes[a] for a in names},
                              {a: data.attribute_classes(job.data_dir)[a] for a in names},
@@ -100,16 +103,17 @@ def fit_adversaries(config: dict, results: Path, case: str, setting: Setting, se
                          f"{[(c, s.text, r) for c, s, r in planned]}")
     job = Job(config, results, case, setting, seed)
     spec, names, seeds = job.resolved["attribute"], plan.attributes(config, case), _seeds(seed)
+    device = select(config["device"])
     seed_everything(seeds["adversary"], config["threads"])
-    d_train = _with_attributes(_d_train(config, job), names)
+    d_train = _with_attributes(_d_train(config, job), names).to(device)
     model = model_at(job, data.load_prepared(job.data_dir, "train"),
-                     paths.checkpoint(results, case, setting, seed, round_))
+                     paths.checkpoint(results, case, setting, seed, round_)).to(device)
     train_x, train_labels = _train_features(model, d_train, spec)
     savable = [n for n in spec["adversaries"] if adversaries.build(n).savable]
     fitted = {}
     for attribute in tqdm(names, desc="adversaries", unit="attribute", leave=False):
         fitted[attribute] = {
-            name: adversaries.build(name, seed=seeds["adversary"])
+            name: adversaries.build(name, seed=seeds["adversary"]).to(device)
             .fit(train_x, train_labels[attribute]).state() for name in savable}
     save_torch(paths.adversaries_file(results, case, setting, seed, round_),
                {"format": ADVERSARIES_FORMAT, "model": _model_digest(model),
@@ -165,7 +169,7 @@ def _train_features(model: torch.nn.Module, d_train: data.ImageData, spec: dict
     size = spec["batch_size"]
     if size == 1:
         return (features_of(model, d_train.x, d_train.y, spec["feature_size"]),
-                {a: v.numpy() for a, v in d_train.attributes.items()})
+                {a: v.cpu().numpy() for a, v in d_train.attributes.items()})
     features, labels = [], {a: [] for a in d_train.attributes}
     for g in range(len(d_train) // size):
         part = d_train.subset(torch.arange(g * size, (g + 1) * size))
@@ -183,17 +187,19 @@ def run_attribute(config: dict, results: Path, case: str, setting: Setting, seed
                          f"`fedleak plan` lists the planned settings")
     job = Job(config, results, case, setting, seed)
     spec, names, seeds = job.resolved["attribute"], plan.attributes(config, case), _seeds(seed)
+    device = select(config["device"])
     seed_everything(seeds["adversary"], config["threads"])
-    d_train = _with_attributes(_d_train(config, job), names)
+    d_train = _with_attributes(_d_train(config, job), names).to(device)
     train = data.load_prepared(job.data_dir, "train")
     count = min(spec["test_samples"] * spec["batch_size"], len(train))
     chosen = np.random.default_rng(seeds["samples"]).choice(len(train), count, replace=False)
-    d_test = _with_attributes(train.subset(torch.from_numpy(chosen)), names)
+    d_test = _with_attributes(train.subset(torch.from_numpy(chosen)), names).to(device)
     fl_run = read_json(job.fl_dir / "metrics.json")
     refitted = [n for n in spec["adversaries"] if not adversaries.build(n).savable]
     rows, times = [], []
     for round_ in spec["rounds"]:
-        model = model_at(job, train, paths.checkpoint(results, case, job.setting, seed, round_))
+        model = model_at(job, train, paths.checkpoint(results, case, job.setting, seed, round_)
+                         ).to(device)
         saved = _saved_adversaries(paths.adversaries_file(
             results, case, plan.adversary_setting(setting, round_), seed, round_), model)
         if refitted:
@@ -203,7 +209,7 @@ def run_attribute(config: dict, results: Path, case: str, setting: Setting, seed
         for attribute in names:
             chance = float(np.bincount(test_labels[attribute]).max() / len(test_x))
             for name in spec["adversaries"]:
-                adversary = adversaries.build(name, seed=seeds["adversary"])
+                adversary = adversaries.build(name, seed=seeds["adversary"]).to(device)
                 if name in refitted:
                     adversary.fit(train_x, train_labels[attribute])
                 else:

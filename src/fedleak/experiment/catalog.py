@@ -5,15 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedleak import config as cfg
-from fedleak.experiment import paths, plan
+from fedleak.experiment import paths, plan, studies
 
 OFFLINE = {"digits", "natural"}  # bundled with scikit-learn and scikit-image
 
 
 def _offline(config: dict, target: dict) -> str:
-    datasets = {case["dataset"] for selection in target["select"] for case in config["cases"]
+    datasets = {case["dataset"] for selection in target.get("select", [])
+                for case in config["cases"]
                 if case["dataset"] in selection.get("datasets", [case["dataset"]])
                 and case["model"] in selection.get("models", [case["model"]])}
+    if "study" in target:
+        datasets |= set(studies.STUDIES[target["study"]["kind"]].datasets(target["study"]))
     needed = sorted(datasets - OFFLINE)
     return "yes" if not needed else f"no: needs {', '.join(needed)}"
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 from fedleak.experiment import plan
 
-GPU_RULES = frozenset({"train_evalnet", "train_gan", "attack"})
+GPU_RULES = frozenset({"train_evalnet", "train_gan", "attack", "study"})  # study: defense cost
 MEMORY_MB = {"prepare_data": 2000, "fl_run": 2000}
 GPU_MEMORY_MB = 16000
 DEFAULT_MEMORY_MB = 4000

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from fedleak import config as cfg
-from fedleak.experiment import paths, plan
+from fedleak.experiment import paths, plan, studies
 from fedleak.metrics.utility import pmm
 from fedleak.report.tables import fl_rows, load_record, victim_rows
 from fedleak.report.targets import TargetInputs
@@ -54,6 +54,10 @@ def _attribute_rows(path: Path, keys: dict) -> list[dict]:
 
 
 def target_inputs(config: dict, results: Path, name: str) -> TargetInputs:
+    if name in plan.studies(config):
+        measured = studies.load(results, name)
+        return TargetInputs(*(pd.DataFrame() for _ in range(4)), study=pd.DataFrame(
+            measured.rows), arrays=measured.arrays)
     victims, fl, history, details, attribute = [], [], [], [], []
     attributed = set(plan.attribute_jobs(config))
     for point in (p for p in plan.points(config) if p.target == name):

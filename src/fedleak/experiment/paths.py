@@ -122,6 +122,11 @@ def target_dir(results: Path, name: str) -> Path:
     return Path(results) / "targets" / name
 
 
+def study_dir(results: Path, name: str) -> Path:
+    """A study target's measurement: metrics.json (its rows) and arrays.npz (its images)."""
+    return Path(results) / "studies" / name
+
+
 def table(results: Path, name: str) -> Path:
     return Path(results) / "tables" / f"{name}.csv"
 

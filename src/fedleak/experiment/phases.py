@@ -17,7 +17,9 @@ from fedleak import attacks, data, defenses, metrics, models
 from fedleak.attacks.bn_statistics import batch_statistics
 from fedleak.attacks.gradient_sequence import ObservedSequence
 from fedleak.config import sequence_problem
-from fedleak.experiment import paths, plan
+from fedleak.data import victims as victim_images
+from fedleak.experiment import paths, plan, studies
+from fedleak.experiment import victims as victims_of
 from fedleak.experiment.artifacts import (
     Job,
     artifact_files,
@@ -28,6 +30,7 @@ from fedleak.experiment.artifacts import (
 )
 from fedleak.fl import FLSettings, client_update, local_update, run_federated
 from fedleak.types import Observation, Setting, artifact_parts
+from fedleak.utils.device import select
 from fedleak.utils.io import (
     load_state,
     load_torch,
@@ -65,6 +68,10 @@ def prepare_data(config: dict, results: Path, dataset: str) -> None:
     manifest = data.prepare(dataset, out, options, splits, seed)
     counts = {k: v["count"] for k, v in manifest["splits"].items()}
     print(f"prepared {dataset}: {counts} -> {out}", file=sys.stderr)
+    # the victims the attack jobs draw from these splits (CENSOR's stride, a class), before
+    # any FL run: the same check runs when snakemake starts with the data prepared
+    if found := victims_of.problems(config, results, dataset):
+        raise ValueError(found[0])
 
 
 def _resized(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -77,9 +84,10 @@ def _resized(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
 def train_evalnet(config: dict, results: Path, dataset: str) -> None:
     """Refiner's evaluation network for the images of ``dataset``, trained on public photos."""
     spec = config["evalnet"]
+    device = select(config["device"])
     seed_everything(spec["seed"], config["threads"])
-    target = data.load_prepared(paths.data_dir(results, dataset), "test")
-    public = data.load_prepared(paths.data_dir(results, spec["dataset"]), "train")
+    target = data.load_prepared(paths.data_dir(results, dataset), "test").to(device)
+    public = data.load_prepared(paths.data_dir(results, spec["dataset"]), "train").to(device)
     images = _resized(data.datasets.to_channels(public.x, target.x.shape[1]), target.x.shape[-2:])
     net, losses = models.evalnet.train_evaluation_network(
         images, epochs=spec["epochs"], batch_size=spec["batch_size"], lr=spec["lr"],
@@ -99,15 +107,19 @@ def _save_generator(out: Path, generator: models.Generator, spec: dict, channels
                     log: dict, checkpoints: dict[int, dict] | None = None) -> None:
     """The generator (and GIML's ``checkpoints``, outer step -> state), its samples and
     log. With several checkpoints the samples are one row per kept step, the same 8 latent
-    codes in every row (GIAS Fig. 6(a)); else 64 samples."""
+    codes in every row (GIAS Fig. 6(a)); else 64 samples, rendered on the generator's
+    device from the same codes on every device."""
+    device = next(generator.parameters()).device
     save_torch(out, {"generator": generator.state_dict(), "latent_dim": spec["latent_dim"],
                      "width": spec["width"], "channels": channels,
                      **({"checkpoints": checkpoints} if checkpoints else {})})
     with torch.no_grad():
         z = torch.randn(64, spec["latent_dim"], generator=torch.Generator().manual_seed(0))
+        z = z.to(device)
         images = generator(z)
         if checkpoints and len(checkpoints) > 1:
-            shown = models.Generator(spec["latent_dim"], channels, spec["width"]).eval()
+            shown = models.Generator(spec["latent_dim"], channels, spec["width"]).to(device)
+            shown.eval()
             images = torch.cat([load_state(shown, state, out, f"step {step}")(z[:8])
                                 for step, state in sorted(checkpoints.items())])
         save_image_grid((images + 1) / 2, out.with_suffix(".png"), nrow=8)
@@ -122,8 +134,9 @@ def train_gan(config: dict, results: Path, dataset: str | None = None) -> None:
     if dataset not in config["datasets"]:
         raise ValueError(f"dataset {dataset!r} is not configured; expected one of "
                          f"{sorted(config['datasets'])}")
+    device = select(config["device"])
     seed_everything(spec["seed"], config["threads"])
-    images = data.load_prepared(paths.data_dir(results, dataset), spec["split"]).x
+    images = data.load_prepared(paths.data_dir(results, dataset), spec["split"]).x.to(device)
     # the DCGAN generates 32x32; attacks resize to the model's input
     images = _resized(images, (32, 32)).clamp(0, 1)
     generator, log = models.dcgan.train_dcgan(
@@ -154,9 +167,10 @@ def train_giml(config: dict, results: Path, case: str) -> None:
 
     spec = config["giml"]
     job = Job(config, results, case, NONE, config["attack"]["seeds"][0])
+    device = select(config["device"])
     seed_everything(spec["seed"], config["threads"])
-    train = data.load_prepared(job.data_dir, "train")
-    model = model_at(job, train, job.checkpoint)
+    train = data.load_prepared(job.data_dir, "train").to(device)
+    model = model_at(job, train, job.checkpoint).to(device)
     rng = np.random.default_rng(spec["seed"])
     chosen = rng.choice(len(train), spec["observations"] * spec["batch_size"], replace=False)
     observations = []
@@ -191,16 +205,20 @@ def run_fl(config: dict, results: Path, case: str, setting: Setting, seed: int) 
     job = Job(config, results, case, plan.fl_setting(setting), seed)
     _check_seed(seed, config["fl"]["seeds"], "fl.seeds")
     seeds = child_seeds(seed, ["partition", "init", "rounds"])
+    device = select(config["device"])
     seed_everything(seeds["init"], config["threads"])
     train = data.load_prepared(job.data_dir, "train")
-    test = data.load_prepared(job.data_dir, "test")
+    test = data.load_prepared(job.data_dir, "test").to(device)
     # the model first: every setting of one seed starts from the same weights, whatever
     # its defense draws while it is built (RecUP-FL's zoo, Refiner's network)
-    model = build_model(job.spec, train)
-    defense = build_defense(job)
+    model = build_model(job.spec, train).to(device)
+    defense = build_defense(job, model)
     part = job.spec["partition"]
+    groups = train.attributes[part["attribute"]].numpy() if part["kind"] == "attribute" \
+        else None  # RecUP-FL Fig. 7: whole identities per client
     shards = data.partition(train.y.numpy(), part["kind"], part["clients"],
-                            np.random.default_rng(seeds["partition"]), part.get("alpha"))
+                            np.random.default_rng(seeds["partition"]), part.get("alpha"), groups)
+    train = train.to(device)  # once: the clients' batches are drawn on the device
     rounds = set(plan.checkpoint_rounds(config))
 
     diverged: list[int] = []  # the first round that starts from non-finite weights
@@ -243,20 +261,17 @@ def _check_seed(seed: int, seeds: list[int], key: str) -> None:
                          f"(`fedleak plan` lists the jobs)")
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' requested but torch.cuda.is_available() is False")
-    return torch.device(name)
-
-
 def _victim_batches(labels: np.ndarray, spec: dict, rng: np.random.Generator
                     ) -> list[np.ndarray]:
-    """``attack.victims`` disjoint batches of ``attack.batch_size`` training indices, sorted;
-    with ``distinct_labels`` each batch's labels differ (drawn without replacement per class,
-    the classes of a batch drawn at random)."""
+    """``attack.victims`` disjoint batches of ``attack.batch_size`` indices of the victims'
+    split (``attack.split``), sorted; with ``distinct_labels`` each batch's labels differ
+    (drawn without replacement per class, the classes of a batch drawn at random); with
+    ``stride`` or ``victim_class`` the images ``data.victims`` names (CENSOR §V-B, Fig. 3)."""
     count, size = spec["victims"], spec["batch_size"]
+    if spec["stride"]:
+        return victim_images.strided(labels, spec)
+    if spec["victim_class"] is not None:
+        return victim_images.of_class(labels, spec, rng)
     if not spec["distinct_labels"]:
         chosen = rng.choice(len(labels), count * size, replace=False)
         return [np.sort(chosen[v * size:(v + 1) * size]) for v in range(count)]
@@ -280,24 +295,30 @@ def _victims(job: Job, model: torch.nn.Module, train: data.ImageData,
              defense: defenses.Defense, seeds: dict) -> tuple[list, list]:
     """The observations (defended uploads) of ``attack.victims`` client batches, and the
     truths. Each victim's upload is made as FL clients make theirs (``fl.local_steps``
-    SGD steps on its batch, then the defense); the attacks match one gradient step."""
+    SGD steps on its batch, then the defense); the attacks match one gradient step. With
+    ``attack.mixed`` each victim's model is its own: the round-0 model after
+    ``attack.round`` rounds of the victim and another client (CENSOR Fig. 2)."""
     spec, fl = job.resolved["attack"], job.resolved["fl"]
     device = next(model.parameters()).device
-    batches = _victim_batches(train.y.numpy(), spec, np.random.default_rng(seeds["victims"]))
+    source = victims_of.split_data(job, train)
+    batches = _victim_batches(source.y.numpy(), spec, np.random.default_rng(seeds["victims"]))
+    taken = np.concatenate(batches) if spec["split"] == "train" else np.zeros(0, np.int64)
     observations, truths = [], []
     for v, batch in enumerate(batches):
         idx = torch.from_numpy(batch)
-        x, y = train.x[idx].to(device), train.y[idx].to(device)
+        x, y = source.x[idx].to(device), source.y[idx].to(device)
         # attribute tasks: the batch's sensitive attributes, which RecUP-FL protects
-        batch = (x, y, {a: values[idx] for a, values in train.attributes.items()}) \
-            if train.attributes else (x, y)
-        upload = client_update(model, lambda _step, b=batch: b, fl["local_steps"],
+        batch = (x, y, {a: values[idx] for a, values in source.attributes.items()}) \
+            if source.attributes else (x, y)
+        attacked = (victims_of.mixed_model(job, model, train, batch, taken, defense, seeds, v)
+                    if spec["mixed"]["batch_size"] else model)
+        upload = client_update(attacked, lambda _step, b=batch: b, fl["local_steps"],
                                fl["local_lr"], defense,
                                torch.Generator().manual_seed(seeds["defense"] + v))
         observations.append(Observation(
-            model=model, gradient=upload, batch_size=len(idx),
+            model=attacked, gradient=upload, batch_size=len(idx),
             labels=y if spec["known_labels"] else None,
-            bn_statistics=batch_statistics(model, x) or None))  # BN_exact: shared by the client
+            bn_statistics=batch_statistics(attacked, x) or None))  # BN_exact: the client's
         truths.append((idx, x.cpu(), y.cpu()))
     return observations, truths
 
@@ -314,6 +335,7 @@ def _sequence_victims(job: Job, model: torch.nn.Module, train: data.ImageData,
     ``trained``: the victim's theta_{t-1} after its own ``fl.local_steps`` SGD steps at
     ``fl.local_lr`` on S_{t-1} (the clean gradient: the defense changes only uploads)."""
     spec, fl = job.resolved["attack"], job.resolved["fl"]
+    train = victims_of.split_data(job, train)  # the victims' split (attack.split)
     steps, size, theta_mode = (spec["sequence"][k] for k in ("steps", "subset", "theta"))
     device = next(model.parameters()).device
     batches = _victim_batches(train.y.numpy(), spec, np.random.default_rng(seeds["victims"]))
@@ -409,6 +431,8 @@ def _victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstr
         "iterations": rec.iterations, "stop_reason": rec.stop_reason,
         "final_loss": rec.loss_trace[-1] if rec.loss_trace else None,
         "wall_time": rec.wall_time, "fallback": bool(obs.gradient.info.get("fallback", False)),
+        # the numbers a defense reports about its upload (Refiner's robust_mse, Table 10)
+        "upload_report": {k: v for k, v in obs.gradient.info.items() if isinstance(v, float)},
     }
     for name in wanted:
         if not finite:
@@ -467,10 +491,14 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
         raise ValueError(f"setting {setting.text!r} of case {case!r} is planned for FL only; "
                          f"no attack runs on it")
     spec = job.resolved["attack"]
+    if why := victim_images.problem(spec, victims_of.class_counts(results, job.dataset),
+                                    job.dataset):
+        raise ValueError(why)
     seeds = child_seeds(seed, ["victims", "defense", "attack"])
+    device = select(config["device"])
     seed_everything(seeds["attack"], config["threads"])
     train = data.load_prepared(job.data_dir, "train")
-    model = model_at(job, train, job.checkpoint).to(resolve_device(config["device"]))
+    model = model_at(job, train, job.checkpoint).to(device)
     defense = build_defense(job, model)
     built = {label: build_attack(job, label, model, defense, seeds["attack"]) for label in labels}
     _check_sequence(spec, built)
@@ -491,6 +519,8 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
         records, matched = zip(*(_victim_record(v, truth, obs, rec, spec["metrics"], evalnet)
                                  for v, (truth, obs, rec)
                                  in enumerate(zip(truths, observations, recs))))
+        if spec["victim_class"] is not None:  # CENSOR Fig. 3: are they alike?
+            victims_of.add_likeness(list(records), list(matched), truths[:len(records)])
         _save_details(paths.attack_details(results, case, setting, seed), label, recs, truths,
                       list(matched), spec)
         runs[label] = {"attack": plan.attack_of(job.resolved, label)[0],
@@ -549,6 +579,14 @@ def outputs(config: dict, results: Path) -> dict[str, list[Path]]:
     if out["evalnet"]:
         datasets.add(config["evalnet"]["dataset"])
     datasets |= priors
+    for name in plan.studies(config):
+        params = config["targets"][name]["study"]
+        datasets |= set(studies.STUDIES[params["kind"]].datasets(params))
+        evalnets = studies.STUDIES[params["kind"]].evalnets(params)  # Refiner Figs. 4-6
+        out["evalnet"] = sorted({*out["evalnet"], *(paths.evalnet_file(results, d)
+                                                    for d in evalnets)})
+        datasets |= {config["evalnet"]["dataset"]} if evalnets else set()
+    out["studies"] = [paths.study_dir(results, name) for name in plan.studies(config)]
     out["data"] = [paths.data_manifest(results, d) for d in sorted(datasets)]
     out["tables"] = [paths.table(results, name) for name in tables(config)]
     out["figures"] = [paths.figure(results, name) for name in figures(config)]
@@ -603,7 +641,9 @@ def write_target(config: dict, results: Path, name: str) -> None:
 
 def target_files(config: dict, results: Path, name: str) -> list[Path]:
     """The metrics files a target reads (its FL runs, the undefended ones, its attack jobs
-    and its attribute jobs)."""
+    and its attribute jobs; a study's folder)."""
+    if name in plan.studies(config):
+        return [paths.study_dir(results, name)]
     files, planned = set(), set(plan.fl_jobs(config))
     attributed = set(plan.attribute_jobs(config))
     for point in (p for p in plan.points(config) if p.target == name):
@@ -671,7 +711,7 @@ def compare(config: dict, results: Path) -> str:
     from fedleak.report.targets import build_table, select_rows
     from fedleak.report.targets import compare as beside
 
-    blocks = []
+    blocks, summary = [], []
     for name in (t for t in plan.targets(config) if t in config["reference"]):
         reference, spec = config["reference"][name], config["targets"][name]
         if "table" not in spec:
@@ -684,4 +724,13 @@ def compare(config: dict, results: Path) -> str:
         blocks.append(f"{name}: {spec['title']} ({reference['source']})\n"
                       f"{comparison.to_string(index=False, float_format=lambda v: f'{v:.4g}')}\n"
                       f"order of rows agrees with the paper for: {order}\n")
-    return "\n".join(blocks) or "no target has reference numbers\n"
+        counts = [tuple(map(int, a.split("/"))) for a in agreement.values() if a != "-"]
+        summary.append((name, sum(c[0] for c in counts), sum(c[1] for c in counts)))
+    if not blocks:
+        return "no target has reference numbers\n"
+    lines = [f"  {name:<8} {agree}/{total}" if total else f"  {name:<8} - (no pair to order)"
+             for name, agree, total in summary]
+    agree, total = sum(s[1] for s in summary), sum(s[2] for s in summary)
+    blocks.append("pairs of rows ordered as in the paper, per target:\n" + "\n".join(lines)
+                  + f"\n  {'all':<8} {agree}/{total}\n")
+    return "\n".join(blocks)

@@ -4,7 +4,8 @@ configuration.
 
 Without ``targets`` the plan is every case x every defense point x every attack. With
 targets it is the union of what their selections name: each selection's cases x defense
-points x one point per combination of its sweep values.
+points x one point per combination of its sweep values (a ``paired`` path takes the value
+at its strength's position instead of every value).
 """
 
 from __future__ import annotations
@@ -24,10 +25,27 @@ NONE = Setting("none", 0)  # the undefended setting
 
 
 def case_name(case: dict) -> str:
-    """``dataset-model-partition-kK``, e.g. ``digits-lenet-iid-k10``."""
+    """``dataset-model-partition-kK``, e.g. ``digits-lenet-iid-k10``, ``lfw-attribute_cnn-
+    byidentity-k100`` (whole identities per client)."""
     part = case["partition"]
-    partition = "iid" if part["kind"] == "iid" else f"dirichlet{number_text(part['alpha'])}"
+    if part["kind"] == "attribute":
+        _check_partition_attribute(case)
+    partition = {"iid": "iid", "attribute": f"by{part['attribute']}",
+                 "client_dirichlet": f"clientdirichlet{number_text(part['alpha'])}"}.get(
+        part["kind"], f"dirichlet{number_text(part['alpha'])}")
     return f"{case['dataset']}-{case['model']}-{partition}-k{part['clients']}"
+
+
+def _check_partition_attribute(case: dict) -> None:
+    """ConfigError unless the case's dataset has the attribute its partition groups by."""
+    dataset, wanted = case["dataset"], case["partition"]["attribute"]
+    known = sorted({*data.attributes.CLASSES.get(dataset, {}),
+                    *data.attributes.GROUPS.get(dataset, ())})
+    if wanted not in known:
+        raise cfg.ConfigError(f"invalid config: case {dataset}/{case['model']} "
+                              f"'partition.attribute': {wanted!r} is not an attribute of "
+                              f"dataset {dataset!r}; expected one of {known} (partition kind "
+                              f"'attribute' gives each client whole groups of it)")
 
 
 def case_names(config: dict) -> list[str]:
@@ -77,13 +95,24 @@ def _override(key: str, defense: str, attacks: tuple[str, ...]) -> str | None:
     return key
 
 
+def _paired(selection: dict, strength: float) -> tuple[tuple[str, Any], ...]:
+    """The selection's ``paired`` values that go with ``strength``: each path's value at the
+    strength's position in the selection's ``strengths``."""
+    paired = selection.get("paired", {})
+    if not paired:
+        return ()
+    position = selection["strengths"].index(strength)
+    return tuple((key, paired[key][position]) for key in sorted(paired))
+
+
 def _selection_points(config: dict, target: str, selection: dict) -> Iterator[Point]:
     datasets, models = selection.get("datasets"), selection.get("models")
-    clients = selection.get("clients")
+    clients, partitions = selection.get("clients"), selection.get("partitions")
     cases = [case_name(c) for c in config["cases"]
              if (datasets is None or c["dataset"] in datasets)
              and (models is None or c["model"] in models)
-             and (clients is None or c["partition"]["clients"] in clients)]
+             and (clients is None or c["partition"]["clients"] in clients)
+             and (partitions is None or c["partition"]["kind"] in partitions)]
     defenses = selection.get("defenses", sorted(config["defenses"]))
     attacks = tuple(selection.get("attacks", sorted(config["attacks"])))
     sweep = selection.get("sweep", {})
@@ -95,7 +124,7 @@ def _selection_points(config: dict, target: str, selection: dict) -> Iterator[Po
                 strengths = [s for s in strengths if s in selection["strengths"]]
             for strength in strengths:
                 for values in itertools.product(*(sweep[k] for k in keys)):
-                    swept = tuple(zip(keys, values))
+                    swept = tuple(zip(keys, values)) + _paired(selection, strength)
                     overrides = {_override(k, label, attacks): v for k, v in swept}
                     overrides.pop(None, None)
                     setting = normalize(config, Setting.of(label, strength, overrides))
@@ -124,8 +153,14 @@ def points(config: dict) -> list[Point]:
                 for case in case_names(config)
                 for label in sorted(config["defenses"])
                 for strength in config["defenses"][label]["strengths"]]
-    return [p for name, target in config["targets"].items() for selection in target["select"]
+    return [p for name, target in config["targets"].items()
+            for selection in target.get("select", [])
             for p in _selection_points(config, name, selection)]
+
+
+def studies(config: dict) -> list[str]:
+    """The targets that are studies (a measurement without runs), in the targets' order."""
+    return [name for name in targets(config) if "study" in config["targets"][name]]
 
 
 def jobs(config: dict) -> dict[tuple[str, Setting], tuple[str, ...]]:
@@ -280,10 +315,16 @@ def victims(config: dict, label: str) -> int:
     return config["attack"]["victims_by_attack"].get(label, config["attack"]["victims"])
 
 
+def saved_round(attack: dict) -> int:
+    """The FL round whose saved model an attack job loads: ``attack.round``, or 0 with
+    ``attack.mixed`` (the job trains the victim's own rounds from there, CENSOR Fig. 2)."""
+    return 0 if attack["mixed"]["batch_size"] else attack["round"]
+
+
 def checkpoint_rounds(config: dict) -> list[int]:
     """Every round at which some setting attacks, reconstruction or attribute inference
     (each FL run saves its model there)."""
-    rounds = {resolve(config, s)["attack"]["round"] for (_, s) in attack_jobs(config)}
+    rounds = {saved_round(resolve(config, s)["attack"]) for (_, s) in attack_jobs(config)}
     if attribute_jobs(config):
         rounds |= set(config["attribute"]["rounds"])
     return sorted(rounds or {config["attack"]["round"]})

@@ -51,7 +51,8 @@ def run_federated(model: nn.Module, train: ImageData, test: ImageData,
     (``Update.info["fallback"]``, CENSOR's Alg. 1 reading).
 
     ``on_round(r, model)`` is called before round r runs (r = 0 is the initial model)
-    and once more after the last round.
+    and once more after the last round. Clients' batches are indexed where ``train`` lies
+    (a phase puts its data on its device once, beside ``model``).
     """
     rng = np.random.default_rng(seed)
     noise = torch.Generator().manual_seed(int(rng.integers(2**62)))
@@ -82,14 +83,14 @@ def run_federated(model: nn.Module, train: ImageData, test: ImageData,
 
             def batch(_step: int, shard=shard) -> tuple:
                 size = min(settings.client_batch_size, len(shard))
-                idx = torch.from_numpy(rng.choice(shard, size, replace=False))
+                idx = torch.from_numpy(rng.choice(shard, size, replace=False)).to(train.x.device)
                 if train.attributes:
                     return train.x[idx], train.y[idx], {k: v[idx] for k, v in
                                                         train.attributes.items()}
                 return train.x[idx], train.y[idx]
 
             uploads.append(client_update(model, batch, settings.local_steps, settings.local_lr,
-                                         defense, noise))
+                                         defense, noise, int(client)))
             counts["uploads"] += 1
             counts["fallbacks"] += int(getattr(uploads[-1], "info", {}).get("fallback", False))
         server.zero_grad()

@@ -69,34 +69,39 @@ def train_dcgan(images: torch.Tensor, *, epochs: int, batch_size: int, lr: float
     """Non-saturating GAN training (Goodfellow et al., 2014) with DCGAN's Adam (beta1 = 0.5);
     DCGAN's lr 2e-4, 25 epochs and batch 64 are the schema's defaults (``gan:``).
 
-    ``images`` are in [0, 1]; they are mapped to [-1, 1] for the tanh generator.
+    ``images`` are in [0, 1]; they are mapped to [-1, 1] for the tanh generator. Both
+    networks train on ``images``' device (initialised on the CPU, the same weights on every
+    device), the shuffles and latent codes drawn there.
     Returns the generator (eval mode) and the mean losses per epoch.
     """
     from tqdm import tqdm
 
-    rng = torch.Generator().manual_seed(seed)
+    device = images.device
+    rng = torch.Generator(device=device).manual_seed(seed)
     torch.manual_seed(seed)
     g_net = Generator(latent_dim, images.shape[1], width)
     d_net = Discriminator(images.shape[1], width)
     g_net.apply(init_weights)
     d_net.apply(init_weights)
+    g_net, d_net = g_net.to(device), d_net.to(device)
     g_opt = torch.optim.Adam(g_net.parameters(), lr=lr, betas=(0.5, 0.999))
     d_opt = torch.optim.Adam(d_net.parameters(), lr=lr, betas=(0.5, 0.999))
     bce = nn.functional.binary_cross_entropy_with_logits
     data = images * 2 - 1
     log = []
     for epoch in tqdm(range(epochs), desc="dcgan", disable=not progress, leave=False):
-        order = torch.randperm(len(data), generator=rng)
+        order = torch.randperm(len(data), generator=rng, device=device)
         d_total, g_total, steps = 0.0, 0.0, 0
         for start in range(0, len(data), batch_size):
             real = data[order[start:start + batch_size]]
-            fake = g_net(torch.randn(len(real), latent_dim, generator=rng))
-            d_loss = (bce(d_net(real), torch.ones(len(real)))
-                      + bce(d_net(fake.detach()), torch.zeros(len(real))))
+            fake = g_net(torch.randn(len(real), latent_dim, generator=rng, device=device))
+            ones = torch.ones(len(real), device=device)
+            d_loss = (bce(d_net(real), ones)
+                      + bce(d_net(fake.detach()), torch.zeros(len(real), device=device)))
             d_opt.zero_grad()
             d_loss.backward()
             d_opt.step()
-            g_loss = bce(d_net(fake), torch.ones(len(real)))
+            g_loss = bce(d_net(fake), ones)
             g_opt.zero_grad()
             g_loss.backward()
             g_opt.step()

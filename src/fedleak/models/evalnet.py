@@ -34,8 +34,9 @@ RATIOS = tuple(round(0.1 * i, 1) for i in range(11))
 
 
 def blend(x: torch.Tensor, ratio: float | torch.Tensor, rng: torch.Generator) -> torch.Tensor:
-    """(1 - r) x + r v with v ~ U(0, 1) per pixel (Refiner §3.3)."""
-    noise = torch.rand(x.shape, generator=rng)
+    """(1 - r) x + r v with v ~ U(0, 1) per pixel (Refiner §3.3), drawn by ``rng`` on
+    ``x``'s device."""
+    noise = torch.rand(x.shape, generator=rng, device=x.device)
     return (1 - ratio) * x + ratio * noise
 
 
@@ -47,17 +48,19 @@ def train_evaluation_network(images: torch.Tensor, *, epochs: int, batch_size: i
     and widths 128/256/512 are the schema's defaults (``evalnet:``).
 
     The loss is binary cross-entropy against the soft target, the likelihood form of
-    Eq. 5 (the paper does not name its loss). Returns the network and the mean loss per epoch.
+    Eq. 5 (the paper does not name its loss). It trains on ``images``' device, the shuffles
+    and noise drawn there. Returns the network and the mean loss per epoch.
     """
     from tqdm import tqdm
 
-    rng = torch.Generator().manual_seed(seed)
-    net = EvaluationNetwork(images.shape[1], images.shape[-1], tuple(widths))
+    device = images.device
+    rng = torch.Generator(device=device).manual_seed(seed)
+    net = EvaluationNetwork(images.shape[1], images.shape[-1], tuple(widths)).to(device)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
-    ratios = torch.tensor(RATIOS)
+    ratios = torch.tensor(RATIOS, device=device)
     losses = []
     for _ in tqdm(range(epochs), desc="evalnet", disable=not progress, leave=False):
-        order = torch.randperm(len(images), generator=rng)
+        order = torch.randperm(len(images), generator=rng, device=device)
         total, count = 0.0, 0
         for start in range(0, len(images), batch_size):
             batch = images[order[start:start + batch_size]]
@@ -74,8 +77,9 @@ def train_evaluation_network(images: torch.Tensor, *, epochs: int, batch_size: i
 
 def monotonicity(net: EvaluationNetwork, images: torch.Tensor, seed: int = 0,
                  ratios: tuple[float, ...] = RATIOS[1:-1]) -> list[dict]:
-    """Mean prediction on ``images`` blended at each ratio (Refiner Fig. 4/5)."""
-    rng = torch.Generator().manual_seed(seed)
+    """Mean prediction on ``images`` blended at each ratio (Refiner Fig. 4/5), on
+    ``images``' device."""
+    rng = torch.Generator(device=images.device).manual_seed(seed)
     rows = []
     with torch.no_grad():
         for ratio in ratios:

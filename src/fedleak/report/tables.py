@@ -36,6 +36,8 @@ EVALNET_COLUMNS = ["dataset", "ratio", "prediction", "increasing", "monotonic"]
 FL_KEYS = ["case", "setting", "defense", "strength", "seed", "history", "final_accuracy"]
 ATTACK_KEYS = ["case", "setting", "defense", "strength", "seed", "runs"]
 VICTIM_KEYS = ["victim", "label", "predicted_label", "iterations", "wall_time", "stop_reason"]
+# per victim, where its victims are of one class (attack.victim_class, CENSOR Fig. 3)
+LIKENESS = ("pairwise_ssim", "truth_pairwise_ssim")
 SUCCESS_SSIM = 0.9  # EPAFL §5.2: a reconstruction succeeds when its SSIM is above 0.9
 
 
@@ -113,9 +115,13 @@ def victim_rows(path: Path) -> list[dict]:
                 **{k: v.get(k, np.nan) for k in ["victim", *VICTIM_METRICS, "wall_time",
                                                  "stop_reason"]},
                 "fallback": bool(v.get("fallback", False)), "failure": v.get("failure"),
+                # what the defense reported about the upload (Refiner: robust_mse)
+                **v.get("upload_report", {}),
                 "label_correct": v["predicted_label"] == v["label"],
                 **{f"{m}_best": float(best(v.get(f"{m}_per_image", [v[m]])))
                    for m, best in BEST_IN_BATCH.items() if m in v},
+                # victims of one class (CENSOR Fig. 3): how alike the reconstructions are
+                **{k: v[k] for k in LIKENESS if k in v},
                 # R-GAP's error per layer, input layer first (the `layers` figure)
                 **({"layer_errors": v["layer_errors"]} if "layer_errors" in v else {}),
             })

@@ -31,6 +31,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from fedleak.config import figure_specs  # noqa: E402
 from fedleak.report.attribute import attribute_tradeoff  # noqa: E402
 from fedleak.report.figures import save_figure  # noqa: E402
+from fedleak.report.privacy_grid import privacy_grid_figure  # noqa: E402
 from fedleak.report.style import (  # noqa: E402
     case_text,
     finish,
@@ -55,7 +56,11 @@ LABELS = {"asr": "ASR (SSIM > 0.9)", "psnr": "PSNR (dB)", "ssim": "SSIM", "mse":
           "fallback": "clean-gradient fallbacks", "fallback_rate": "share of clean uploads",
           "attribute_asr": "attribute ASR", "learning_loss": "learning loss",
           "chance": "chance (majority share)", "psnr_best": "best PSNR in the batch (dB)",
-          "ssim_best": "best SSIM in the batch"}
+          "ssim_best": "best SSIM in the batch",
+          "pairwise_ssim": "SSIM between victims' reconstructions",
+          "truth_pairwise_ssim": "SSIM between victims' true images",
+          "label_correct": "share of labels inferred",
+          "robust_mse": "MSE(x, x*) of Refiner's robust data"}
 
 
 @dataclass
@@ -67,6 +72,9 @@ class TargetInputs:
     # one row per (point, seed, adversary, attribute, round): attribute_asr, chance,
     # learning_loss, accuracy (RecUP-FL's attribute jobs)
     attribute: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # a study's rows (a target with `study:` in place of runs) and its images by name
+    study: pd.DataFrame = field(default_factory=pd.DataFrame)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -107,6 +115,8 @@ def _source(inputs: TargetInputs, metrics: list[str]) -> pd.DataFrame:
     too: accuracy is a column of it), the FL runs when every metric is an FL metric, else
     the attacked victims."""
     columns = [split_metric(m)[0] for m in metrics]
+    if not inputs.study.empty:
+        return inputs.study
     if any(c in ATTRIBUTE_METRICS for c in columns):
         return inputs.attribute
     return inputs.fl if all(m in FL_METRICS for m in metrics) else inputs.victims
@@ -126,7 +136,8 @@ def select_rows(inputs: TargetInputs, where: dict | None) -> TargetInputs:
                     lambda v, wanted=values: any(_same(v, w) for w in wanted)).to_numpy(dtype=bool)
         return frame[mask].reset_index(drop=True)
 
-    return replace(inputs, **{f.name: kept(getattr(inputs, f.name)) for f in fields(inputs)})
+    return replace(inputs, **{f.name: kept(getattr(inputs, f.name)) for f in fields(inputs)
+                              if isinstance(getattr(inputs, f.name), pd.DataFrame)})
 
 
 def build_table(spec: dict, inputs: TargetInputs) -> pd.DataFrame:
@@ -169,7 +180,7 @@ def compare(table: pd.DataFrame, keys: list[str], reference: dict
             for (_, a), (_, b) in itertools.combinations(group.iterrows(), 2):
                 paper_sign = np.sign(a[f"{metric}_paper"] - b[f"{metric}_paper"])
                 ours_sign = np.sign(a[metric] - b[metric])
-                if paper_sign != 0 and not np.isnan(ours_sign):
+                if paper_sign != 0 and not np.isnan(paper_sign) and not np.isnan(ours_sign):
                     total += 1
                     agree += int(paper_sign == ours_sign)
         agreement[metric] = f"{agree}/{total}" if total else "-"
@@ -409,6 +420,31 @@ def recon_figure(spec: dict, inputs: TargetInputs, title: str,
     return fig
 
 
+def images_figure(spec: dict, inputs: TargetInputs, title: str,
+                  reference: dict | None = None) -> Figure:
+    """A study's images, each titled (its ``images`` array and ``images_titles``): in a row
+    (N, C, H, W), or a grid (rows, columns, C, H, W) with ``images_rows`` naming the rows
+    (Refiner Fig. 5's blend strip per dataset, Fig. 6's x* per start)."""
+    images = inputs.arrays["images"]
+    grid = images if images.ndim == 5 else images[None]
+    titles = inputs.arrays.get("images_titles", np.full(grid.shape[:2], ""))
+    titles = titles if titles.ndim == 2 else titles[None]
+    names = inputs.arrays.get("images_rows", [""] * len(grid))
+    fig, axes = plt.subplots(*grid.shape[:2], squeeze=False, layout="constrained",
+                             figsize=(1.8 * grid.shape[1], 2.2 * grid.shape[0]))
+    for row, name in zip(range(len(grid)), names, strict=True):
+        for ax, image, label in zip(axes[row], grid[row], titles[row], strict=True):
+            ax.imshow(np.clip(image.transpose(1, 2, 0).squeeze(-1) if image.shape[0] == 1
+                              else image.transpose(1, 2, 0), 0, 1),
+                      cmap="gray" if image.shape[0] == 1 else None, vmin=0, vmax=1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(str(label), fontsize="small")
+        axes[row][0].set_ylabel(str(name))
+    fig.suptitle(textwrap.fill(title, 24 * grid.shape[1]), fontsize="medium")
+    return fig
+
+
 def attribute_figure(spec: dict, inputs: TargetInputs, title: str,
                      reference: dict | None = None) -> Figure:
     """Attribute ASR against learning loss (RecUP-FL Figs. 2-5, 9-11): one curve per ``hue``
@@ -471,7 +507,8 @@ def layers_figure(spec: dict, inputs: TargetInputs, title: str,
 
 FIGURES = {"line": line_figure, "tradeoff": tradeoff_figure, "history": history_figure,
            "trace": trace_figure, "snapshots": snapshots_figure, "recon": recon_figure,
-           "attribute": attribute_figure, "layers": layers_figure}
+           "attribute": attribute_figure, "layers": layers_figure, "images": images_figure,
+           "privacy_grid": privacy_grid_figure}
 
 
 def write_target(name: str, spec: dict, inputs: TargetInputs, reference: dict | None,

@@ -121,7 +121,12 @@ def save_npy(path: str | os.PathLike, array: np.ndarray) -> Path:
 
 
 def save_torch(path: str | os.PathLike, obj: Any) -> Path:
-    return _write_with(path, lambda t: torch.save(obj, t))
+    """``obj`` (tensors, numbers, strings and containers) with every tensor on the CPU, so a
+    file written by a CUDA job loads anywhere with ``weights_only=True``."""
+    from fedleak.utils.device import to_device
+
+    cpu = to_device(obj, "cpu")
+    return _write_with(path, lambda t: torch.save(cpu, t))
 
 
 REMEDY = "delete it and re-run the step that writes it (snakemake re-creates missing files)"
@@ -204,6 +209,6 @@ def save_image_grid(images: torch.Tensor, path: str | os.PathLike, nrow: int) ->
     from PIL import Image
     from torchvision.utils import make_grid
 
-    grid = make_grid(images.clamp(0, 1), nrow=nrow, padding=2, pad_value=1.0)
+    grid = make_grid(images.detach().cpu().clamp(0, 1), nrow=nrow, padding=2, pad_value=1.0)
     array = (grid.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
     return _write_with(path, lambda tmp: Image.fromarray(array).save(tmp, format="PNG"))

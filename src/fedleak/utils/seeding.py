@@ -14,20 +14,29 @@ def seed_everything(seed: int, threads: int | None = None) -> None:
     """Seed python, numpy and torch and switch torch to deterministic kernels."""
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    deterministic_kernels()  # first: before torch.manual_seed can reach CUDA
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-    deterministic_kernels()
     if threads is not None:
         torch.set_num_threads(threads)
 
 
 def deterministic_kernels() -> None:
-    """``torch.use_deterministic_algorithms(True)`` without its import of
-    ``torch._inductor`` (1.4 s of every job's start-up with torch 2.14, for a compiler fedleak
-    does not use): the flag is set in torch's core, and through the public call only where
-    the compiler is already loaded, whose own flag it also sets."""
+    """Deterministic kernels as torch's "Reproducibility" notes ask, on the CPU and CUDA:
+    ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (unless set; read when cuBLAS first runs, so before
+    any CUDA work), cuDNN's deterministic algorithms without benchmarking, and
+    ``torch.use_deterministic_algorithms(True)`` without its import of ``torch._inductor``
+    (1.4 s of every job's start-up with torch 2.14, for a compiler fedleak does not use):
+    the flag is set in torch's core, and through the public call only where the compiler is
+    already loaded, whose own flag it also sets. Also full float32 precision in cuDNN's
+    convolutions (torch lets them round inputs to TensorFloat-32 on Ampere and later GPUs;
+    its matrix products already keep float32): gradient matching is sensitive to it. The
+    one place fedleak sets these (``seed_everything`` and ``utils.device.select`` call it)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.allow_tf32 = False
     if "torch._inductor.config" in sys.modules or \
             not hasattr(torch._C, "_set_deterministic_algorithms"):
         torch.use_deterministic_algorithms(True)
