@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fedleak import attacks, defenses
 from fedleak import config as cfg
-from fedleak.experiment import attribute, catalog, phases, plan, studies, verify
+from fedleak.experiment import attribute, catalog, estimate, phases, plan, studies, verify
 from fedleak.types import Setting
 
 
@@ -40,6 +40,13 @@ def _targets(args, config: dict | None) -> None:
     print(catalog.targets_table(args.configs), end="")
 
 
+def _estimate(args, config: dict) -> None:
+    if args.smoke:  # as `snakemake --config smoke=True`: the smoke_overrides merged in
+        config = cfg.validate({**cfg.read(args.config), "smoke": True})
+    rows = estimate.estimate(config, args.target_names, args.results)
+    print((estimate.csv_text if args.format == "csv" else estimate.text)(rows), end="")
+
+
 COMMANDS = {
     "list": (_list, "registered attacks and defenses, with their strength knobs", []),
     "validate": (_validate, "check a configuration", []),
@@ -47,6 +54,8 @@ COMMANDS = {
     "compare": (_compare, "print each target's numbers beside the paper's (after a run)", []),
     "targets": (_targets, "print the README's table of the paper configurations' targets",
                 ["configs"]),
+    "estimate": (_estimate, "estimated jobs, CPU-hours and GPU-hours of each target, from a "
+                 "calibration on this machine (cached)", ["target_names", "format", "smoke"]),
     "prepare-data": (lambda a, c: phases.prepare_data(c, a.results, a.dataset),
                      "prepare one dataset's splits", ["dataset"]),
     "train-evalnet": (lambda a, c: phases.train_evalnet(c, a.results, a.dataset),
@@ -103,7 +112,14 @@ ARGUMENTS = {
              "help": "the DVC repository (default: the current folder)"},
     "configs": {"type": Path, "nargs": "+", "help": "paper configurations, e.g. "
                                                     "config/paper/*.yaml"},
+    "target_names": {"nargs": "*", "metavar": "target",
+                     "help": "targets of the configuration (default: all of them)"},
+    "format": {"choices": ("text", "csv"), "default": "text",
+               "help": "text (default) or csv: target,jobs,cpu_hours,gpu_hours"},
+    "smoke": {"action": "store_true",
+              "help": "with the configuration's smoke_overrides, as `--config smoke=True`"},
 }
+POSITIONAL = ("configs", "target_names")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -117,9 +133,9 @@ def _parser() -> argparse.ArgumentParser:
                            help="results folder (default: results)")
         for arg in needed:
             optional, arg = arg.endswith("?"), arg.removesuffix("?")  # "dataset?": may be left out
-            if arg == "configs":  # positional: fedleak targets config/paper/*.yaml
+            if arg in POSITIONAL:  # fedleak targets config/paper/*.yaml
                 p.add_argument(arg, **ARGUMENTS[arg])
-            elif arg == "root":
+            elif arg in ("root", "format", "smoke"):
                 p.add_argument(f"--{arg}", **ARGUMENTS[arg])
             else:
                 p.add_argument(f"--{arg}", required=not optional, **ARGUMENTS[arg])

@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -466,6 +467,13 @@ class Attack:
     vectorisable: bool = True
     records_snapshots: bool = True
     sequences: bool = False
+
+    @classmethod
+    def budget(cls, params: Mapping[str, Any]) -> int:
+        """Gradient-matching iterations of one restart on one victim, from the resolved
+        parameters (what `fedleak estimate` prices, ``experiment.estimate``); an attack
+        with several stages or none overrides it."""
+        return params["iterations"]
 
     def reconstruct(self, victims: Victims) -> list[Reconstruction]:
         """One Reconstruction per victim of the chunk, from the subclass's ``stage``."""

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from fedleak.attacks.base import Reconstruction, build, needs, register
+from fedleak.attacks.base import Reconstruction, build, needs, register, registered
 from fedleak.attacks.engine import Attack, RestartTransforms, Victims
 from fedleak.attacks.label_inference import infer_labels
 from fedleak.defenses import Defense
@@ -76,6 +76,13 @@ class ExpectationOverTransformation(Attack):
     @classmethod
     def needs_for(cls, params: Mapping[str, Any]) -> dict[str, str]:
         return {"defense": "defense", **needs(params["wraps"], params["wraps_params"])}
+
+    @classmethod
+    def budget(cls, params: Mapping[str, Any]) -> int:
+        """The wrapped attack's, on each of ``samples`` defense draws (its restarts too)."""
+        wrapped = params["wraps_params"]
+        return params["samples"] * registered(params["wraps"]).budget(wrapped) \
+            * wrapped.get("restarts", 1)
 
     def __init__(self, *, wraps: str, wraps_params: dict, samples: int,
                  defense: str | Defense, seed: int = 0, **artifacts: Any) -> None:

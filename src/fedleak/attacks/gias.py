@@ -106,6 +106,12 @@ class GIAS(Attack):
                                                          if not v.startswith("x"))})}
 
     @classmethod
+    def budget(cls, params: Mapping[str, Any]) -> int:
+        """The iterations of the variant's stages (z/w: latent, then parameter search)."""
+        stages = {"z": "latent_iterations", "w": "parameter_iterations", "x": "image_iterations"}
+        return sum(params[stages[s]] for s in params["variant"].removesuffix("+BN").split("/"))
+
+    @classmethod
     def needs_for(cls, params: Mapping[str, Any]) -> dict[str, str]:
         """The latent variants' generator: the trained prior or its architecture untrained,
         of ``prior_dataset`` (None: the configuration's GAN dataset)."""

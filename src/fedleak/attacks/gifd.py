@@ -27,8 +27,9 @@ step (its ``SphericalOptimizer``); that is not done here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
+from typing import Any
 
 import torch
 from torch import nn
@@ -85,6 +86,11 @@ class GIFD(Attack):
 
     needs = {"generator": Need("gan")}
     records_snapshots = False
+
+    @classmethod
+    def budget(cls, params: Mapping[str, Any]) -> int:
+        """Every stage's steps: the latent search, then each feature block's."""
+        return sum(params["steps"])
 
     @property
     def forms_gradients(self) -> bool:

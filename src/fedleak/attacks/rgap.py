@@ -322,6 +322,12 @@ class RGAP(Attack):
     needs = {"generator": Need("gan")}
 
     @classmethod
+    def budget(cls, params: Mapping[str, Any]) -> int:
+        """Closed form: one solve, or the latent search's restarts with a generative model."""
+        return params["latent_iterations"] * params["latent_restarts"] \
+            if params["prior_layers"] else 1
+
+    @classmethod
     def needs_for(cls, params: Mapping[str, Any]) -> dict[str, str]:
         """The GAN prior (of ``prior_dataset``; None: the configuration's GAN dataset), only
         when some layers are solved through it."""

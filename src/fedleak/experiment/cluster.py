@@ -15,7 +15,9 @@ come from here, so a user adapts the profile in one place, their environment:
 
 Wall time is the attack budget over that rate (victims x restarts x iterations, summed over
 the job's attacks), doubled, plus 10 minutes of start-up; FL runs scale with rounds x
-clients per round x local steps. Outside SLURM these resources are ignored.
+clients per round x local steps. The budgets are counted by ``experiment.estimate``
+(``attack_work``, ``fl_steps``), the model `fedleak estimate` prices with measured rates.
+Outside SLURM these resources are ignored.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import math
 import os
 from collections.abc import Mapping
 
-from fedleak.experiment import plan
+from fedleak.experiment import estimate
 
 GPU_RULES = frozenset({"train_evalnet", "train_gan", "attack", "study"})  # study: defense cost
 MEMORY_MB = {"prepare_data": 2000, "fl_run": 2000}
@@ -68,18 +70,12 @@ def rate() -> float:
 def attack_minutes(config: Mapping, labels: tuple[str, ...]) -> int:
     """Wall time of one attack job: its victims x restarts x iterations at the assumed rate
     (x the uploads of a sequence victim, ``attack.sequence.steps``)."""
-    work = 0
-    uploads = max(1, config["attack"]["sequence"]["steps"])
-    for label in labels:
-        _, params = plan.attack_of(config, label)
-        work += (plan.victims(config, label) * params.get("restarts", 1)
-                 * params.get("iterations", 1000) * uploads)
+    work = estimate.attack_work(config, labels)
     return STARTUP_MINUTES + math.ceil(2 * work / rate() / 60)
 
 
 def fl_minutes(config: Mapping, clients: int) -> int:
-    fl = config["fl"]
-    steps = fl["rounds"] * max(1, round(fl["participation"] * clients)) * fl["local_steps"]
+    steps = estimate.fl_steps(config, clients)
     return STARTUP_MINUTES + math.ceil(2 * steps / FL_STEPS_PER_SECOND / 60)
 
 

@@ -1,0 +1,162 @@
+"""`fedleak estimate`: jobs per target counted as Snakemake runs them, costs linear in the
+budgets, the calibration cached per machine, a bad target named with the known ones."""
+
+from __future__ import annotations
+
+import csv
+import io
+import platform
+import re
+from collections import Counter
+
+import pytest
+import torch
+import yaml
+from conftest import REPO
+from test_pipeline import SNAKEMAKE, copy_project, run
+
+from fedleak import cli
+from fedleak import config as cfg
+from fedleak.experiment import cluster, estimate, phases, plan
+
+TEST = REPO / "config" / "test.yaml"
+TARGETS = {  # fig2 needs every run of table1 and more: they share jobs
+    "table1": {"title": "one", "select": [{"defenses": ["none"], "attacks": ["dlg"]}]},
+    "fig2": {"title": "two", "select": [{"defenses": ["none", "dp_gaussian"],
+                                        "attacks": ["dlg", "idlg"]}]},
+}
+
+
+def configured(tmp_path, **changes) -> tuple[dict, str]:
+    """config/test.yaml with ``changes`` (dotted paths), validated, and its file."""
+    raw = yaml.safe_load(TEST.read_text())
+    for key, value in changes.items():
+        cfg.set_path(raw, key, value)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return cfg.load(path), str(path)
+
+
+@pytest.fixture
+def one_second_units(monkeypatch):
+    """Every unit of work costs one second: hours are the work / 3600, nothing measured."""
+    monkeypatch.setattr(estimate, "calibrate",
+                        lambda units, device="cpu", threads=None: dict.fromkeys(units, 1.0))
+
+
+def estimate_csv(capsys, *args) -> list[dict]:
+    assert cli.main(["estimate", *args, "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "target,jobs,cpu_hours,gpu_hours"
+    return list(csv.DictReader(io.StringIO(out)))
+
+
+def test_csv_has_a_row_per_target_and_a_total_counting_shared_jobs_once(
+        tmp_path, capsys, one_second_units):
+    config, path = configured(tmp_path, targets=TARGETS)
+    rows = estimate_csv(capsys, "--config", path, "--results", str(tmp_path / "results"))
+    assert [r["target"] for r in rows] == ["table1", "fig2", "total"]
+    jobs = {r["target"]: int(r["jobs"]) for r in rows}
+    hours = {r["target"]: float(r["cpu_hours"]) for r in rows}
+    # table1's runs are fig2's; only its target job is its own
+    assert jobs["table1"] < jobs["fig2"] < jobs["total"] == jobs["fig2"] + 1
+    assert hours["fig2"] < hours["total"] < hours["table1"] + hours["fig2"]
+    cuda = torch.cuda.is_available()
+    assert all((r["gpu_hours"] != "") == cuda for r in rows)
+    alone = estimate_csv(capsys, "--config", path, "--results", str(tmp_path / "results"),
+                         "table1")
+    assert [r["target"] for r in alone] == ["table1", "total"]
+    assert alone[0]["jobs"] == alone[1]["jobs"] == rows[0]["jobs"]
+
+
+def test_a_configuration_without_targets_has_one_row_all(tmp_path, capsys, one_second_units):
+    rows = estimate_csv(capsys, "--config", str(TEST), "--results", str(tmp_path))
+    assert [r["target"] for r in rows] == ["all", "total"]
+    assert rows[0]["jobs"] == rows[1]["jobs"] == "20"
+
+
+def test_smoke_prices_the_smoke_overrides(tmp_path, capsys, one_second_units):
+    paper = str(REPO / "config" / "paper" / "epafl.yaml")
+    full, smoke = (estimate_csv(capsys, "--config", paper, "--results", str(tmp_path), *extra)
+                   for extra in ([], ["--smoke"]))
+    assert [r["target"] for r in full] == [r["target"] for r in smoke]
+    assert float(smoke[-1]["cpu_hours"]) < float(full[-1]["cpu_hours"])
+
+
+def test_jobs_are_the_ones_snakemake_runs(tmp_path):
+    config = cfg.load(TEST)
+    counted = Counter(job.rule for job in estimate.jobs(config, tmp_path / "results").values())
+    out = phases.outputs(config, tmp_path / "results")
+    assert counted["fl_run"] == len(out["fl"]) and counted["attack"] == len(out["attacks"])
+    assert counted["attribute"] == len(out["attribute"])
+    assert counted["fit_adversaries"] == len(plan.adversary_jobs(config)) * len(
+        config["fl"]["seeds"])
+    root = copy_project(tmp_path / "project")
+    dry = run([*SNAKEMAKE, "-n", "--cores", "1", "--configfile", "config/test.yaml"], root)
+    stats = dry.stdout[dry.stdout.index("Job stats"):]
+    planned = Counter({rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", stats, re.M)
+                       if rule not in ("all", "total")})
+    assert planned == counted
+
+
+def test_cost_grows_linearly_with_rounds_and_iterations(tmp_path, one_second_units):
+    def hours(**changes) -> float:
+        config, _ = configured(tmp_path, **changes)
+        return estimate.estimate(config, results=tmp_path / "results")[-1]["cpu_hours"]
+
+    for key, values in (("fl.rounds", (4, 8, 12)), ("attacks.dlg.iterations", (2, 4, 6)),
+                        ("attack.victims", (1, 2, 3))):
+        one, two, three = (hours(**{key: v}) for v in values)
+        assert two - one == pytest.approx(three - two) and two > one, key
+    config, _ = configured(tmp_path)
+    step = 1 / 3600  # one FL step, one second
+    fl_steps = config["fl"]["rounds"] * 4 * config["fl"]["local_steps"]  # 4 clients, all
+    assert hours(**{"fl.rounds": 8}) - hours() == pytest.approx(5 * fl_steps * step)  # 5 runs
+
+
+def test_attack_iterations_follow_each_attack_s_stages():
+    assert estimate.attack_iterations("dlg", {"iterations": 7}) == 7
+    assert estimate.attack_iterations("gias", {"variant": "z/w", "latent_iterations": 3,
+                                               "parameter_iterations": 5}) == 8
+    assert estimate.attack_iterations("gifd", {"steps": [2, 3]}) == 5
+    assert estimate.attack_iterations("eot", {"samples": 4, "wraps_params": {
+        "iterations": 5, "restarts": 2}}) == 40
+    assert estimate.attack_iterations("rgap", {}) == 1  # closed form
+
+
+def test_the_slurm_wall_time_counts_the_same_work(monkeypatch):
+    monkeypatch.delenv("FEDLEAK_SLURM_RATE", raising=False)
+    config = cfg.load(REPO / "config" / "paper" / "epafl.yaml")
+    labels = tuple(config["attacks"])
+    work = estimate.attack_work(config, labels)
+    assert cluster.attack_minutes(config, labels) == cluster.STARTUP_MINUTES + -(
+        -2 * work // (cluster.rate() * 60))
+
+
+def test_the_calibration_is_cached_per_machine_and_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDLEAK_CACHE", str(tmp_path / "cache"))
+    units = ["startup", "fl_step:lenet:1x32x32:10:True:b8", "match:lenet:1x32x32:10:True:b1",
+             "mlp_step:64:b32", "gan_step:1:16:8:b4", "evalnet_step:1x32x32:[8, 16, 32]:b4"]
+    rates = estimate.calibrate(units, "cpu", threads=1)
+    assert set(rates) == set(units) and all(v > 0 for v in rates.values())
+    path = tmp_path / "cache" / f"estimate-{platform.node()}-torch{torch.__version__}-cpu.json"
+    assert estimate.cache_file("cpu") == path and path.is_file()
+    measured = []
+    real = estimate._unit_call
+    monkeypatch.setattr(estimate, "_unit_call",
+                        lambda unit, device: measured.append(unit) or real(unit, device))
+    assert estimate.calibrate(units, "cpu", threads=1) == rates
+    assert measured == []  # the second call reads the cache
+    estimate.calibrate([*units, "fl_step:lenet:1x32x32:10:True:b4"], "cpu", threads=1)
+    assert measured == ["fl_step:lenet:1x32x32:10:True:b4"]  # only the new unit
+
+
+@pytest.mark.parametrize("config, expected", [
+    ("targets", r"unknown target 'table9'; expected one of \['table1', 'fig2'\]"),
+    ("plain", r"unknown target 'table9': this configuration has no targets"),
+])
+def test_an_unknown_target_is_named_with_the_known_ones(tmp_path, capsys, one_second_units,
+                                                         config, expected):
+    path = configured(tmp_path, targets=TARGETS)[1] if config == "targets" else str(TEST)
+    assert cli.main(["estimate", "--config", path, "table9"]) == 2
+    assert re.search(f"fedleak estimate: error: {expected}", capsys.readouterr().err)
