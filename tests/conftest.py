@@ -141,3 +141,19 @@ def observe_defended(victim, defense: str, **params):
     ctx = defenses.DefenseContext(model=model, x=x, y=y, generator=torch.Generator().manual_seed(0))
     return attacks.Observation(model=model, gradient=defenses.build(defense, **params)(ctx),
                                batch_size=len(x))
+
+
+def tiny_config(defenses: dict | None = None, attacks: dict | None = None, **attack) -> dict:
+    """A validated one-round configuration: 16x16 digits, LeNet, 4 clients, 2 victims."""
+    from fedleak import config as cfg
+
+    return cfg.validate({
+        "threads": 1, "device": "cpu",
+        "datasets": {"digits": {"channels": 1, "size": 16}},
+        "cases": [{"dataset": "digits", "model": "lenet", "partition": {"clients": 4}}],
+        "fl": {"seeds": [0], "rounds": 1, "eval_every": 1, "client_batch_size": 8,
+               "server_optimizer": "sgd", "server_lr": 0.1},
+        "defenses": {"none": {"strengths": [0]}, **(defenses or {})},
+        "attack": {"victims": 2, "metrics": ["psnr"], **attack},
+        "attacks": {"dlg": {"iterations": 1}, **(attacks or {})},
+    })

@@ -10,7 +10,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from conftest import REPO
+from conftest import REPO, tiny_config
 
 from fedleak import config as cfg
 from fedleak import defenses, models
@@ -84,17 +84,7 @@ def test_a_stride_beyond_the_split_is_a_config_error():
                       "attack": {"victims": 10, "split": "test", "stride": 1000}})
 
 
-def small_config(**attack) -> dict:
-    return cfg.validate({
-        "threads": 1, "device": "cpu",
-        "datasets": {"digits": {"channels": 1, "size": 16}},
-        "cases": [{"dataset": "digits", "model": "lenet", "partition": {"clients": 4}}],
-        "fl": {"seeds": [0], "rounds": 1, "eval_every": 1, "client_batch_size": 8,
-               "server_optimizer": "sgd", "server_lr": 0.1},
-        "defenses": {"none": {"strengths": [0]}},
-        "attack": {"victims": 2, "metrics": ["psnr"], **attack},
-        "attacks": {"dlg": {"iterations": 1}},
-    })
+small_config = tiny_config
 
 
 @pytest.fixture(scope="module")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
+import yaml
 from conftest import REPO
+from test_pipeline import ENV, SNAKEMAKE, copy_project, slurm_unavailable
 
 from fedleak import config as fedleak_config
-from fedleak.experiment import cluster
+from fedleak.experiment import cluster, estimate, plan
 
 
 @pytest.fixture(autouse=True)
@@ -18,22 +22,75 @@ def clean_environment(monkeypatch):
         monkeypatch.delenv(f"FEDLEAK_SLURM_{name}", raising=False)
 
 
+TEST = fedleak_config.load(REPO / "config" / "test.yaml")  # device: auto, a LeNet case
+REFINER = fedleak_config.load(REPO / "config" / "paper" / "refiner.yaml")
+
+
+def on(config: dict, device: str) -> dict:
+    return {**config, "device": device}
+
+
+def per_job(out: dict, **wildcards) -> dict:
+    """A rule's resources for one job: the per-job ones called with its wildcards."""
+    job = SimpleNamespace(**wildcards)
+    return {key: value(job) if callable(value) and key != "runtime" else value
+            for key, value in out.items()}
+
+
 def test_gpu_rules_ask_for_a_gpu_and_cpu_rules_do_not(monkeypatch):
     monkeypatch.setenv("FEDLEAK_SLURM_ACCOUNT", "lab42")
     monkeypatch.setenv("FEDLEAK_SLURM_GPU_MODEL", "a100")
-    attack, fl = cluster.resources("attack", 30), cluster.resources("fl_run", 12)
+    attack = cluster.resources("attack", 30, config=TEST)
+    fl = per_job(cluster.resources("fl_run", 12, config=TEST), case="digits-lenet-iid-k4")
     assert attack == {"mem_mb": 16000, "runtime": 30, "slurm_partition": "gpu", "gpu": 1,
                       "cpus_per_gpu": 4, "gpu_model": "a100", "slurm_account": "lab42"}
-    assert fl == {"mem_mb": 2000, "runtime": 12, "slurm_partition": "cpu",
-                  "slurm_account": "lab42"}
+    assert fl == {"mem_mb": 2000, "runtime": 12, "slurm_partition": "cpu", "gpu": 0,
+                  "cpus_per_gpu": 0, "gpu_model": "", "slurm_account": "lab42"}
 
 
-def test_zero_gpus_runs_gpu_rules_on_cpus_in_the_gpu_partition(monkeypatch):
+def gpu_rules(config: dict, case: str = "digits-lenet-iid-k4") -> set[str]:
+    rules = ("prepare_data", "train_evalnet", "train_gan", "train_giml", "fl_run", "attack",
+             "train_zoo", "fit_adversaries", "attribute", "target", "aggregate")
+    return {rule for rule in rules
+            if per_job(cluster.resources(rule, config=config), case=case).get("gpu")}
+
+
+def test_auto_asks_a_gpu_where_it_pays_cuda_everywhere_it_runs_cpu_nowhere():
+    heavy = {"train_evalnet", "train_gan", "train_giml", "attack", "train_zoo",
+             "fit_adversaries"}
+    assert gpu_rules(TEST) == heavy == cluster.GPU_RULES  # LeNet FL runs stay on CPUs
+    assert gpu_rules(on(TEST, "cuda")) == cluster.DEVICE_RULES - {"study"}
+    assert gpu_rules(on(TEST, "cpu")) == set()
+    resnet = fedleak_config.validate({**TEST, "cases": [
+        {"dataset": "digits", "model": "resnet18", "partition": {"kind": "iid", "clients": 4}}]})
+    assert gpu_rules(resnet, "digits-resnet18-iid-k4") == heavy | {"fl_run", "attribute"}
+
+
+@pytest.mark.parametrize("device, expected", [
+    ("auto", {"table5"}),                     # defense_cost times on the device
+    ("cuda", {"table5", "fig4", "fig5"}),     # evalnet_blend runs there, refused without one
+    ("cpu", set()),
+])
+def test_a_study_asks_a_gpu_only_when_it_times_on_the_device_or_needs_one(device, expected):
+    config = on(REFINER, device)
+    out = cluster.resources("study", config=config)
+    asked = {name for name in plan.studies(config) if per_job(out, name=name).get("gpu")}
+    assert asked == expected
+    partitions = {per_job(out, name=name)["slurm_partition"] for name in plan.studies(config)}
+    assert partitions == ({"gpu", "cpu"} if expected else {"cpu"})
+
+
+def test_without_a_gpu_partition_auto_runs_on_cpus_and_cuda_is_refused(monkeypatch):
+    monkeypatch.setenv("FEDLEAK_SLURM_GPU_PARTITION", "")
+    assert gpu_rules(TEST) == set()
+    assert cluster.resources("attack", config=TEST)["slurm_partition"] == "cpu"
+    with pytest.raises(cluster.ClusterError, match="device 'cuda' needs GPUs on the cluster, "
+                       "but FEDLEAK_SLURM_GPU_PARTITION is empty"):
+        cluster.resources("prepare_data", config=on(TEST, "cuda"))
+    monkeypatch.setenv("FEDLEAK_SLURM_GPU_PARTITION", "gpu")
     monkeypatch.setenv("FEDLEAK_SLURM_GPUS", "0")
-    monkeypatch.setenv("FEDLEAK_SLURM_GPU_PARTITION", "short")
-    out = cluster.resources("train_gan")
-    assert "gpu" not in out and out["slurm_partition"] == "short"
-    assert out["mem_mb"] == cluster.DEFAULT_MEMORY_MB
+    with pytest.raises(cluster.ClusterError, match="but FEDLEAK_SLURM_GPUS=0; expected"):
+        cluster.resources("prepare_data", config=on(TEST, "cuda"))
 
 
 @pytest.mark.parametrize("name, value, expected", [
@@ -46,7 +103,7 @@ def test_zero_gpus_runs_gpu_rules_on_cpus_in_the_gpu_partition(monkeypatch):
 def test_a_bad_variable_is_named_with_its_value(monkeypatch, name, value, expected):
     monkeypatch.setenv(name, value)
     with pytest.raises(cluster.ClusterError, match=f"{name}=.*{expected}"):
-        cluster.resources("prepare_data")
+        cluster.resources("prepare_data", config=TEST)
 
 
 def test_attack_wall_time_grows_with_the_budget_and_falls_with_the_rate(monkeypatch):
@@ -67,3 +124,44 @@ def test_verify_without_a_lock_names_the_file(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 2
     assert f"{tmp_path}/dvc.lock: no dvc.lock" in run.stderr
+
+
+PROFILES = REPO / "workflow" / "profiles"
+
+
+def test_the_array_profile_is_the_slurm_profile_with_arrays_of_workflow_rules():
+    plain = yaml.safe_load((PROFILES / "slurm" / "config.yaml").read_text())
+    array = yaml.safe_load((PROFILES / "slurm-array" / "config.yaml").read_text())
+    assert {k: v for k, v in array.items() if not k.startswith("slurm-array")} == plain
+    rules = set(re.findall(r"^rule (\w+):", "".join(
+        p.read_text() for p in (REPO / "workflow" / "rules").glob("*.smk")), flags=re.M))
+    named = {rule.strip() for rule in array["slurm-array-jobs"].split(",")}
+    assert named and named <= rules, named - rules
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_the_array_profile_submits_a_rule_s_jobs_as_one_array(tmp_path):
+    """config/test.yaml through workflow/profiles/slurm-array on the single-node SLURM
+    (tests/cluster/slurm-local.sh): FL runs and attack jobs ready together go to SLURM as
+    one array (those a trained network holds back follow in a later one), every one of
+    its jobs is submitted once and finishes."""
+    reason = slurm_unavailable()
+    if reason:
+        pytest.skip(f"slurm test not run: {reason}")
+    root = copy_project(tmp_path / "project")
+    proc = subprocess.run([*SNAKEMAKE, "--profile", "workflow/profiles/slurm-array",
+                           "--configfile", "config/test.yaml",
+                           "--seconds-between-status-checks", "2",
+                           "--slurm-init-seconds-before-status-checks", "2"], cwd=root,
+                          env={**ENV, "FEDLEAK_SLURM_GPUS": "0"},  # the node has no GPU
+                          capture_output=True, text=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    arrays = re.findall(r"Submitted array job with Snakemake IDs ([\d, ]+) and SLURM", out)
+    sizes = [len(ids.split(",")) for ids in arrays]
+    single = re.findall(r"Job \d+ has been submitted with SLURM jobid", out)
+    assert sizes and max(sizes) > 1, out[-3000:]
+    jobs = estimate.jobs(fedleak_config.load(root / "config" / "test.yaml"), root / "results")
+    assert sum(sizes) + len(single) == len(jobs), out[-3000:]  # each job submitted once
+    assert (root / "results" / "report.md").is_file()

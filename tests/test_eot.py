@@ -3,8 +3,8 @@
 Victims: the digits train split, one image per update, a fresh LeNet per victim,
 defended by Gaussian noise (sigma 0.01, CENSOR's noise baseline; global clipping at 4,
 the defense's default). GGA (Adam, L2 distance) matches its raw trial gradient to the
-clipped, noisy upload and fails; wrapped in EOT it matches the average of defended
-trial gradients, with the same seeds, and recovers the digits.
+clipped, noisy upload and fails; wrapped in EOT it matches the expectation of the
+defended trial gradient over the noise (the clipped trial), and recovers the digits.
 """
 
 from __future__ import annotations
@@ -64,11 +64,11 @@ def test_censor_samples_are_orthogonal_rescaled_and_differentiable(pool):
 
 
 def test_eot_wraps_inverting_gradients(pool):
-    obs = observe(pool[0], "dp_gaussian", sigma=SIGMA)
+    obs = observe(pool[0], "censor")
     params = {"iterations": 20, "tv": 0.1}
     plain = attacks.build("inverting_gradients", **params)(obs)
     eot = attacks.build("eot", wraps="inverting_gradients", wraps_params=params,
-                        defense=defenses.build("dp_gaussian", sigma=SIGMA), samples=3)(obs)
+                        defense=defenses.build("censor"), samples=3)(obs)
     assert eot.iterations == 20 and eot.extra["eot_samples"] == 3
     assert eot.loss_trace != plain.loss_trace  # the objective sees the defended trial gradient
 
@@ -108,4 +108,5 @@ def test_stacked_eot_draws_and_reconstructs_what_the_loop_does(pool, digits_gene
     stacked, looped, difference = stacked_and_looped("eot", eot, observations)
     print(f"EOT {wraps} ({defense}) stacked vs loop: max pixel difference {difference:.3g}")
     assert_like_the_loop(stacked, looped, difference, 6)
-    assert all(r.extra["eot_samples"] == 2 for r in stacked)
+    draws = 1 if defense == "dp_gaussian" else 2  # DP: its exact expectation, one draw
+    assert all(r.extra["eot_samples"] == draws for r in stacked)

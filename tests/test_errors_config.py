@@ -32,6 +32,8 @@ BAD = [
      ["'attack.victims' x 'attack.batch_size'", "4800", "at most"]),
     ("more_victims_for_one_attack", "attack: {victims: 2, victims_by_attack: {dlg: 5}}\n",
      ["'attack.victims_by_attack.dlg'", "5", "'attack.victims' 2"]),
+    ("adaptive_attack_not_wrappable", "attack: {adaptive: [dlg]}\n",
+     ["'attack.adaptive[0]'", "'dlg'", "EOT", "expected one of []"]),
     ("attack_round_after_training", "fl: {rounds: 10}\nattack: {round: 11}\n",
      ["'attack.round'", "11", "0..10"]),
     ("repeated_seed", "fl: {seeds: [0, 0]}\n", ["'fl.seeds'", "[0, 0]", "distinct"]),

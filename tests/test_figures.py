@@ -27,7 +27,7 @@ EMPTY = pd.DataFrame()
 
 def _tradeoff() -> pd.DataFrame:
     rng = np.random.default_rng(0)
-    rows = [{"case": "c", "defense": d, "strength": float(s), "attack": a,
+    rows = [{"case": "c", "defense": d, "strength": float(s), "attack": a, "attacker": "paper",
              "pmm": 100.0 - 5 * i * s, "psnr": 30 - i - s, "ssim": 0.5, "lpips": 0.3,
              "stlpips": 0.3, "noise_ratio": 0.1, "accuracy": rng.uniform(0.5, 0.9),
              "fallback_rate": 0.0}

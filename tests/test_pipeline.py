@@ -50,7 +50,9 @@ def digests(root: Path) -> dict[str, str]:
 
 
 TEST_RUN = ["snakemake", "--cores", "all", "--configfile", "config/test.yaml"]  # as the README
-GPU_RULES = {"train_evalnet", "train_gan", "attack", "study"}
+# the GPU partition's jobs of config/test.yaml (device auto, a LeNet case: cluster.py)
+GPU_RULES = {"train_evalnet", "train_gan", "train_giml", "attack", "train_zoo",
+             "fit_adversaries"}
 
 
 @pytest.fixture(scope="module")

@@ -123,7 +123,7 @@ def test_figures_deterministic(inputs: dict[str, list[Path]], tmp_path: Path) ->
     _, figures = _build(inputs, root)
     names = {p.name for p in figures}
     assert names == {f"{kind}_{a}.png" for kind in ("pmm_vs_psnr", "recon") for a in ATTACKS} | {
-        "evalnet_monotonicity.png", "censor_tradeoff.png"} | {
+        "evalnet_monotonicity.png", "censor_tradeoff.png", "matched_utility.png"} | {
         f"tradeoff_{m}.png" for m in ("psnr", "ssim", "lpips", "stlpips", "noise_ratio")}
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in figures)
     first = {**_hashes(root / "tables"), **_hashes(root / "figures")}
@@ -165,7 +165,7 @@ def test_malformed_file(inputs: dict[str, list[Path]], tmp_path: Path) -> None:
 def _tradeoff_rows(rows: list[tuple]) -> pd.DataFrame:
     keys = ["case", "defense", "strength", "attack", "pmm", "psnr", "ssim", "mse", "lpips",
             "stlpips", "noise_ratio"]
-    return pd.DataFrame.from_records(rows, columns=keys)
+    return pd.DataFrame.from_records(rows, columns=keys).assign(attacker="paper")
 
 
 def test_censor_table_has_one_row_per_setting_and_four_metrics_per_attack() -> None:

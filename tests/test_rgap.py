@@ -204,17 +204,17 @@ def test_the_attack_phase_records_every_layers_error(digits, tmp_path):
     truth = (torch.tensor([0]), x, y)
     rec = attacks.build("rgap", prior_layers=1, generator=InRange(x), latent_iterations=50,
                         latent_restarts=1)(obs)
-    record, _ = _victim_record(0, truth, obs, rec, ["psnr"], None)
+    record, _ = _victim_record(0, truth, obs, rec, ["psnr"], None, "paper")
     assert record["layer_errors"] == layer_errors(model, x, rec.extra["inputs"])
     assert len(record["layer_errors"]) == 7 and all(map(math.isfinite, record["layer_errors"]))
     assert [layer["solved"] for layer in record["layers"]][:2] == ["latent search",
                                                                    "pseudo-inverse"]
     other = attacks.Reconstruction(x, y, [1.0], 1, 0.0, "max_iterations")
-    assert "layer_errors" not in _victim_record(0, truth, obs, other, ["psnr"], None)[0]
+    assert "layer_errors" not in _victim_record(0, truth, obs, other, ["psnr"], None, "paper")[0]
     path = tmp_path / "metrics.json"
     write_json(path, {**{k: 0 for k in ATTACK_KEYS}, "runs": {
         "rgap": {"victims": [record]},
-        "dlg": {"victims": [_victim_record(0, truth, obs, other, ["psnr"], None)[0]]}}})
+        "dlg": {"victims": [_victim_record(0, truth, obs, other, ["psnr"], None, "paper")[0]]}}})
     rows = {row["attack"]: row for row in victim_rows(path)}
     assert rows["rgap"]["layer_errors"] == record["layer_errors"]
     assert "layer_errors" not in rows["dlg"]

@@ -444,3 +444,24 @@ def test_every_registered_attack_runs_stacked_as_one_problem_at_a_time(name, dev
         built = attacks.build(name, **params)
         assert_like_the_loop(stacked, looped, difference,
                              6 if built.vectorisable else built.restarts)
+
+
+@pytest.mark.parametrize(("defense", "params"), [
+    ("pruning", {"ratio": 0.9}), ("quantization", {"bits": 2}), ("clipping", {"bound": 0.01}),
+    ("soteria", {"ratio": 0.6})])
+def test_the_adaptive_attacker_runs_stacked_as_one_problem_at_a_time(digit_batch, defense,
+                                                                     params, float64):
+    """The adaptive attacker (issue 33, EOT through ``Defense.adaptive``, which reads each
+    victim's own received upload) stacked as in the loop: 3 defended victims x 2 restarts."""
+    model = lenet().double()
+    x, y = digit_batch[0].double(), digit_batch[1]
+    built = defenses.build(defense, **params)
+    observations = [attacks.Observation(
+        model=model, batch_size=1, labels=y[v:v + 1], gradient=built(defenses.DefenseContext(
+            model, x[v:v + 1], y[v:v + 1], torch.Generator().manual_seed(v))))
+        for v in range(len(y))]
+    eot = {"wraps": "inverting_gradients", "defense": built, "samples": 1, "seed": 3,
+           "wraps_params": {**SMALL["inverting_gradients"], "restarts": 2}}
+    stacked, looped, difference = stacked_and_looped("eot", eot, observations)
+    print(f"adaptive IG vs {defense}: max pixel difference {difference:.3g}")
+    assert_like_the_loop(stacked, looped, difference, 6)

@@ -411,6 +411,18 @@ def validate(config: dict | None) -> dict:
         if count > attack["victims"]:
             raise ConfigError(f"invalid config: 'attack.victims_by_attack.{label}' {count} is "
                               f"more than 'attack.victims' {attack['victims']}")
+    wrappable = definition("attacks", "eot")["properties"]["wraps"]["enum"]
+    wrapped = sorted(k for k in config["attacks"]
+                     if registered_name(config, "attacks", k) in wrappable)
+    for i, label in enumerate(attack["adaptive"]):
+        if label not in wrapped:
+            raise ConfigError(f"invalid config: 'attack.adaptive[{i}]': {label!r} is not a "
+                              f"configured attack label of {wrappable} (what the adaptive "
+                              f"attacker, EOT, wraps); expected one of {wrapped}")
+    if attack["adaptive"] and attack["snapshots"]:
+        raise ConfigError(f"invalid config: 'attack.snapshots' {attack['snapshots']}: the "
+                          f"adaptive attacker ('attack.adaptive' {attack['adaptive']}, EOT) "
+                          f"records no snapshots; expected one of them empty")
     for i, label in enumerate(config["attribute"]["defenses"] or []):
         if label not in config["defenses"]:
             raise ConfigError(f"invalid config: 'attribute.defenses[{i}]': {label!r} is not a "
@@ -422,6 +434,7 @@ def validate(config: dict | None) -> dict:
                           f"{config['fl']['seeds']} (attacks observe the FL run of their seed)")
     _validate_targets(config)
     _validate_combinations(config)
+    _validate_gan(config["gan"])
     return config
 
 
@@ -576,6 +589,45 @@ def _validate_combinations(config: dict) -> None:
         _check_generator(config, entry.get("attack", label), params, f"attacks.{label}")
 
 
+def _validate_gan(gan: dict) -> None:
+    """ConfigError unless the generator prior's settings fit its kind: a DCGAN 32x32 or 64x64
+    and trained here (no weights); a pretrained kind's weights file named, its resolution
+    and widths ones its architecture has, BigGAN's classes among its classes (the rest of
+    the architecture: ``experiment.priors.problem``, before any job)."""
+    kind, size = gan["kind"], gan["resolution"]
+    if kind == "dcgan":
+        if size not in (32, 64):
+            raise ConfigError(f"invalid config: 'gan.resolution': {size!r} is not a DCGAN size; "
+                              f"expected 32 or 64", key="gan.resolution")
+        if gan["weights"] is not None:
+            raise ConfigError(f"invalid config: 'gan.weights': the dcgan prior is trained in the "
+                              f"pipeline; expected null, or gan.kind stylegan2 or biggan for "
+                              f"{gan['weights']!r}", key="gan.weights")
+        return
+    if gan["weights"] is None:
+        raise ConfigError(f"invalid config: 'gan.weights': gan.kind {kind} is pretrained; "
+                          f"expected the path of its local weights file", key="gan.weights")
+    spec, steps = gan[kind], size.bit_length() - 1
+    lowest = 4 if kind == "stylegan2" else 8
+    if size < lowest or size != 2 ** steps:
+        raise ConfigError(f"invalid config: 'gan.resolution': {size!r} is not a {kind} size; "
+                          f"expected a power of 2, at least {lowest}", key="gan.resolution")
+    count = steps - 1  # one width per resolution 4, 8, ..., size
+    if spec["widths"] is not None and len(spec["widths"]) != count:
+        raise ConfigError(f"invalid config: 'gan.{kind}.widths': {len(spec['widths'])} widths; "
+                          f"expected {count}, one per resolution 4..{size}",
+                          key=f"gan.{kind}.widths")
+    if kind == "biggan" and spec["widths"] is None and size not in (128, 256, 512):
+        raise ConfigError(f"invalid config: 'gan.biggan.widths': null (the port's) needs "
+                          f"'gan.resolution' 128, 256 or 512, got {size}; expected {count} "
+                          f"widths", key="gan.biggan.widths")
+    classes = [c for c in (spec.get("classes") or []) if c >= spec["num_classes"]]
+    if classes:
+        raise ConfigError(f"invalid config: 'gan.biggan.classes': class {classes[0]} is not "
+                          f"one of the generator's; expected 0..{spec['num_classes'] - 1} "
+                          f"('gan.biggan.num_classes')", key="gan.biggan.classes")
+
+
 def giml_steps(config: dict) -> list[int]:
     """The outer steps whose GIML generator is kept: 'giml.checkpoints' and the final one."""
     return sorted({*config["giml"]["checkpoints"], config["giml"]["outer_steps"]})
@@ -598,6 +650,15 @@ def _check_generator(config: dict, name: str, params: Mapping[str, Any], where: 
                           f"{config['giml']['checkpoints']} and the final step "
                           f"'giml.outer_steps' {config['giml']['outer_steps']}) or null (the "
                           f"final step)", key=f"{where}.step")
+    kind = config["gan"]["kind"]
+    if kind != "dcgan" and dataset is not None:
+        raise ConfigError(f"invalid config: '{where}.prior_dataset': gan.kind {kind} is the "
+                          f"pretrained prior of 'gan.weights', of no pipeline dataset; expected "
+                          f"null, got {dataset!r}", key=f"{where}.prior_dataset")
+    if kind != "dcgan" and name == "rgap" and params.get("prior_layers"):
+        raise ConfigError(f"invalid config: '{where}.prior_layers': R-GAP's latent search "
+                          f"runs through the pipeline's DCGAN; expected 0 with gan.kind {kind}, "
+                          f"got {params['prior_layers']!r}", key=f"{where}.prior_layers")
     if dataset is None:
         return
     if name == "giml":

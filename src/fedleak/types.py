@@ -265,6 +265,10 @@ def artifact_parts(needed: str) -> tuple[str, str | None]:
 # ---------------------------------------------------------------------------------------
 # Settings
 
+# who attacks a defended upload (issue 33): the paper's attacker or one that knows the
+# defense; tables written before the `attacker` column hold the paper's rows only
+PAPER, ADAPTIVE = "paper", "adaptive"
+
 _SEPARATOR = "~"
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _KEY = re.compile(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)*")

@@ -16,6 +16,8 @@ rule target:
         config=CONFIG_JSON,
     log:
         paths.log(RESULTS, "target", "{name}"),
+    benchmark:
+        paths.benchmark(RESULTS, "target", "{name}")
     resources:
         **cluster_resources("target"),
     conda:
@@ -45,6 +47,8 @@ rule aggregate:
         config=CONFIG_JSON,
     log:
         paths.log(RESULTS, "aggregate", "report"),
+    benchmark:
+        paths.benchmark(RESULTS, "aggregate", "report")
     resources:
         **cluster_resources("aggregate"),
     conda:

@@ -7,7 +7,7 @@ rule train_zoo:
     output:
         paths.zoo_file(RESULTS, "{case}", "{seed}", "{round}"),
     params:
-        spec=config["attribute"],
+        spec=clean_attribute_spec(config["attribute"]),
         config=CONFIG_JSON,
     log:
         paths.log(RESULTS, "train_zoo", "{case}", "seed{seed}", "round{round}"),

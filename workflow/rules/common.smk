@@ -7,7 +7,7 @@ import yaml
 from snakemake.utils import update_config
 
 from fedleak import config as fedleak_config
-from fedleak.experiment import cluster, paths, plan, studies, victims
+from fedleak.experiment import cluster, paths, plan, priors, studies, victims
 from fedleak.experiment.artifacts import Job, attack_inputs, defense_inputs
 from fedleak.experiment.phases import missing_datasets, outputs, target_files
 from fedleak.types import Setting
@@ -47,6 +47,11 @@ VALIDATED = load_config()
 config.clear()
 config.update(VALIDATED)
 DRY_RUN = bool(workflow.output_settings and workflow.output_settings.dryrun)
+# A pretrained prior's weights file (gan.weights) is no job's output: absent (or settings
+# its architecture refuses), stop here.
+PRIOR_PROBLEM = priors.problem(config)
+if PRIOR_PROBLEM:
+    sys.exit(f"fedleak: {PRIOR_PROBLEM}")
 RESULTS_PROBLEM = paths.results_problem(RESULTS)  # a file where the folder belongs...
 if RESULTS_PROBLEM:
     sys.exit(f"fedleak: {RESULTS_PROBLEM}")
@@ -125,7 +130,7 @@ def cluster_resources(rule, minutes=cluster.FIXED_MINUTES):
     """SLURM resources from the environment (fedleak.experiment.cluster), checked here,
     before any job."""
     try:
-        return cluster.resources(rule, minutes)
+        return cluster.resources(rule, minutes, config=config)
     except cluster.ClusterError as error:
         sys.exit(f"fedleak: {error}")
 
@@ -146,7 +151,9 @@ def attack_params(wildcards):
     resolved = this.resolved
     return {"attack": resolved["attack"], "fl": resolved["fl"],
             "defense": plan.defense_of(resolved, this.setting),
-            "attacks": {label: plan.attack_of(resolved, label) for label in this.attacks}}
+            "attacks": {label: plan.attack_of(resolved, label) for label in this.attacks},
+            # a pretrained prior's architecture, space and classes (a DCGAN's are its file's)
+            **({"gan": resolved["gan"]} if priors.pretrained(resolved) else {})}
 
 
 def giml_checkpoint(wildcards):
@@ -180,9 +187,16 @@ def adversary_checkpoint(wildcards):
                             wildcards.round)
 
 
+def clean_attribute_spec(spec):
+    """``attribute.*`` less ``adaptive``: the model zoo and the paper's adversaries learn
+    from clean gradients whatever it is (toggling it re-runs only the attribute jobs)."""
+    return {k: v for k, v in spec.items() if k != "adaptive"}
+
+
 def adversary_params(wildcards):
     """What fitting the adversaries reads from the configuration: a change re-runs it."""
-    return {"attribute": plan.resolve(config, Setting.parse(wildcards.setting))["attribute"],
+    resolved = plan.resolve(config, Setting.parse(wildcards.setting))
+    return {"attribute": clean_attribute_spec(resolved["attribute"]),
             "case": plan.find_case(config, wildcards.case)}
 
 
@@ -199,10 +213,10 @@ def aggregate_params():
 
 
 def caption(figure):
-    """The caption file of a standard figure: pmm_vs_psnr, tradeoff, censor, recon, evalnet
-    or attribute."""
+    """The caption file of a standard figure: pmm_vs_psnr, tradeoff, censor, recon, evalnet,
+    attribute or matched_utility."""
     return next(kind for kind in ("pmm_vs_psnr", "tradeoff", "censor", "recon", "evalnet",
-                                  "attribute")
+                                  "attribute", "matched_utility")
                 if figure.stem.startswith(kind))
 
 

@@ -8,6 +8,8 @@ rule prepare_data:
         config=CONFIG_JSON,
     log:
         paths.log(RESULTS, "prepare_data", "{dataset}"),
+    benchmark:
+        paths.benchmark(RESULTS, "prepare_data", "{dataset}")
     conda:
         "../envs/fedleak.yaml"
     resources:

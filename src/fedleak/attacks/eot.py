@@ -16,11 +16,16 @@ averages them "over the number of trials": a sample is Eq. 12 applied to F(x) la
 layer, without CENSOR's loss-based choice among its trials (not differentiable, and not
 part of §V-D's description), and S defaults to CENSOR's T = 20. The paper's unspecified
 refinement that "prioritize[s] gradients that are more informative" is not implemented:
-samples are weighted equally. Other defenses are sampled by calling them, so they must be
-differentiable in the gradient they are given (noise, clipping, pruning, quantisation and
-Soteria are). Refiner's upload is the gradient of optimised robust data, not a function of
-the trial gradient that can be sampled: against it EOT matches the trial gradient itself
-(the plain attack; ``Refiner.sample``).
+samples are weighted equally. A sample is the defense's adaptive transformation
+(``Defense.adaptive``, issue 33, given the received upload): for pruning, clipping,
+quantisation and Soteria their known transformation (GGL, Li et al. CVPR 2022 §3.3; the
+received zero pattern, the bound, a straight-through QSGD draw, Soteria's pruned columns
+left out); for the others a draw of the defense (``Defense.sample``), by default the
+defense called on the trial gradient, so it must be differentiable in it (noise is).
+Refiner's upload is the gradient of optimised robust data, not a function of the trial
+gradient that can be sampled: against it EOT matches the trial gradient itself (the plain
+attack; ``Refiner.sample``). A defense whose transformation has no randomness
+(``Defense.deterministic``) is sampled once, whatever ``samples`` says.
 
 Wraps any registered attack (``inverting_gradients``, ``gga``, ``gifd``, ...): ``wraps``
 names it and ``wraps_params`` sets its parameters; the artifacts it needs (a GAN prior for
@@ -54,7 +59,7 @@ class DefenseSamples:
 
     def draw(self, trial: Update, images: torch.Tensor) -> Update:
         ctx = DefenseContext(self.obs.model, images.detach(), self.labels, self.rng)
-        out = self.defense.sample(Update(trial), ctx)
+        out = self.defense.adaptive(Update(trial), ctx, self.obs.gradient)
         if any(g.requires_grad for g in trial.values()) and not any(
                 g.requires_grad for g in out.values()):
             raise ValueError(f"EOT needs a defense differentiable in the gradient it is given; "
@@ -96,11 +101,16 @@ class ExpectationOverTransformation(Attack):
         self.restarts, self.stopper = self.attack.restarts, self.attack.stopper
         self.vectorisable = self.attack.vectorisable
 
+    @property
+    def draws(self) -> int:
+        """Defense samples averaged per step: ``samples``, one of a deterministic defense."""
+        return 1 if self.defense.deterministic else self.samples
+
     def samples_for(self, obs: Observation, seed: int) -> RestartTransforms:
         """Restart r's defense samples on ``obs``, drawn with a generator seeded (seed, r)."""
         labels = infer_labels(obs)
         return lambda restart: DefenseSamples(
-            self.defense, obs, labels, self.samples,
+            self.defense, obs, labels, self.draws,
             torch.Generator().manual_seed(derived_seed(seed, restart)))
 
     def reconstruct(self, victims: Victims) -> list[Reconstruction]:
@@ -109,5 +119,5 @@ class ExpectationOverTransformation(Attack):
                    for v, obs in enumerate(victims.observations)]
         out = self.attack.reconstruct(victims.with_transforms(samples))
         for rec in out:
-            rec.extra.update(eot_samples=self.samples, eot_defense=self.defense.name)
+            rec.extra.update(eot_samples=self.draws, eot_defense=self.defense.name)
         return out

@@ -4,7 +4,9 @@ CENSOR Eq. 6.
 z* = argmin_z D(T(F(G(z))), g) + lambda * KL(z || N(0, I)),  x^ = G(z*)   (CENSOR Eq. 6)
 
 G is a pretrained generator with output in [-1, 1] (mapped to the model's input by
-``prior.to_model_input``), F the client's gradient of the cross-entropy with labels
+``prior.to_model_input``; any kind of ``gan.kind``, through ``prior.GeneratorPrior``: z is
+its latent, W+ for StyleGAN2 by default, and BigGAN is conditioned on the inferred
+labels as in GGL), F the client's gradient of the cross-entropy with labels
 inferred from the last layer (``label_inference.infer_labels``), and D GGL's distance:
 per-tensor squared L2, summed and divided by the number of tensors. KL is GGL's
 regulariser -0.5 * sum(1 + log(s^2 + 1e-10) - m^2 - s^2) with m, s the mean and
@@ -37,7 +39,7 @@ from torch import nn
 
 from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.engine import Attack, Stage, Transform, Victims
-from fedleak.attacks.prior import frozen_copy, latent_dim, rendered
+from fedleak.attacks.prior import as_prior, frozen_copy, rendered
 from fedleak.types import Need, Observation
 
 TRANSFORMS = ("none", "pruning", "clipping", "soteria")
@@ -86,8 +88,8 @@ class GenerativeGradientLeakage(Attack):
     def __init__(self, *, generator: nn.Module, optimizer: str, iterations: int, lr: float,
                  kl: float, population: int, sigma: float, transform: str, restarts: int,
                  stopper: dict | None, seed: int = 0) -> None:
-        self.generator = frozen_copy(generator)
-        self.latent_dim = latent_dim(self.generator)
+        self.generator = frozen_copy(as_prior(generator))
+        self.latent_dim = self.generator.latent_dim
         self.optimizer, self.iterations, self.lr, self.kl = optimizer, iterations, lr, kl
         self.population, self.sigma, self.transform = population, sigma, transform
         self.restarts, self.seed = restarts, seed
@@ -101,8 +103,8 @@ class GenerativeGradientLeakage(Attack):
     def stage(self, victims: Victims) -> Stage:
         render = rendered(self.generator.to(victims.device), victims.observations[0].input_shape)
         return Stage("ggl", self.lr, self.iterations, regularizers={"kl": self.kl},
-                     draw=lambda obs, rng: [obs.randn((obs.batch_size, self.latent_dim), rng)],
-                     render=render, lr_factor=ramped(self.iterations), stopper=self.stopper,
+                     draw=self.generator.draw, render=render, fixed=self.generator.n_conditions,
+                     lr_factor=ramped(self.iterations), stopper=self.stopper,
                      transform=None if self.transform == "none"
                      else partial(adaptive_transform, self.transform))
 
@@ -121,7 +123,8 @@ class GenerativeGradientLeakage(Attack):
         import cma
 
         obs = victims.observations[victim]
-        shape = (obs.batch_size, self.latent_dim)
+        shape = (obs.batch_size, *self.generator.latent_shape)
+        constants = self.generator.conditions(obs)  # BigGAN's classes: the same for all
         best, index = None, 0
         for restart in range(self.restarts):
             score, stopper = victims.scorer(stage, victim, restart), copy.deepcopy(self.stopper)
@@ -135,7 +138,8 @@ class GenerativeGradientLeakage(Attack):
                 candidates = es.ask()
                 z = torch.as_tensor(np.stack(candidates), dtype=torch.get_default_dtype())
                 z = z.to(obs.device).view(len(candidates), *shape)
-                losses = [v if math.isfinite(v) else math.inf for v in score([z]).tolist()]
+                losses = [v if math.isfinite(v) else math.inf for v in score(
+                    [z, *(c.expand(len(z), *c.shape) for c in constants)]).tolist()]
                 es.tell(candidates, losses)
                 if min(losses) < best_loss:
                     best_loss, best_z = min(losses), z[int(np.argmin(losses))].clone()
@@ -147,6 +151,7 @@ class GenerativeGradientLeakage(Attack):
                 best, index = (best_loss, best_z, trace, reason), restart
         _, best_z, trace, reason = best
         with torch.no_grad():
-            images = stage.images([best_z.unsqueeze(0)])[0].clamp(0, 1)
+            images = stage.images([best_z.unsqueeze(0), *(c.unsqueeze(0) for c in constants)]
+                                  )[0].clamp(0, 1)
         return Reconstruction(images, stage.labels(obs), trace, len(trace), 0.0, reason,
                               restart=index)

@@ -16,6 +16,11 @@ as in the official code. Variants (Table 1, §5.1):
 - ``z/x``: GI-z/x (§5.1, Fig. 3): Eq. 5, then GI-x's pixel search starting from the
   image G_w(z*) it found.
 
+The generator is any kind of ``gan.kind`` (``prior.GeneratorPrior``): for StyleGAN2 the
+latent search runs in W+ (App. H: "the latent space search over z implies the search over
+the intermediate latent space W", k = 512 x 16; ``gan.stylegan2.space``) and the parameter
+search copies the synthesis network; BigGAN is conditioned on the inferred labels.
+
 ``prior: untrained`` gives the generator variants the prior's architecture with its
 initial weights instead of the trained prior (Table 1's GI-w). ``prior_dataset`` names the
 dataset the prior is of (None: the configuration's ``gan.dataset``), e.g. a wrong prior
@@ -55,7 +60,14 @@ from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.bn_statistics import bn_loss, checked, stacked_statistics
 from fedleak.attacks.engine import Attack, Prior, Solution, Stage, Victims, image_start
 from fedleak.attacks.objectives import RESIDUAL_DISTANCES
-from fedleak.attacks.prior import frozen_copy, latent_dim, rendered, to_model_input
+from fedleak.attacks.prior import (
+    GeneratorPrior,
+    as_prior,
+    frozen_copy,
+    latent_dim,
+    rendered,
+    to_model_input,
+)
 from fedleak.types import Need, Observation, artifact
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
@@ -74,22 +86,24 @@ def sparsity_masks(target: Sequence[torch.Tensor], sparsity: float) -> list[torc
     return masks
 
 
-def per_image_generators(generator: nn.Module, input_shape: tuple[int, int, int]
+def per_image_generators(generator: GeneratorPrior, input_shape: tuple[int, int, int]
                          ) -> Callable[[list[torch.Tensor]], torch.Tensor]:
-    """A parameter search's render: each problem's B generator copies (its weights, in
-    ``generator.named_parameters()`` order, each (P, B, *shape)) map its fixed codes z (the
-    last variable, (P, B, latent)) to images (P, B, ...), image k from copy k."""
-    names = [n for n, _ in generator.named_parameters()]
+    """A parameter search's render: each problem's B generator copies (its searched weights,
+    ``generator.searched()`` in order, each (P, B, *shape)) map its fixed codes z and
+    conditions (the last variables, (P, B, ...)) to images (P, B, ...), image k from copy k."""
+    names = generator.searched()
 
-    def one(weights: dict[str, torch.Tensor], code: torch.Tensor) -> torch.Tensor:
-        return functional_call(generator, weights, (code.unsqueeze(0),)).squeeze(0)
+    def one(weights: dict[str, torch.Tensor], *inputs: torch.Tensor) -> torch.Tensor:
+        return functional_call(generator, weights,
+                               tuple(x.unsqueeze(0) for x in inputs)).squeeze(0)
 
     each = vmap(one)
 
     def render(variables: list[torch.Tensor]) -> torch.Tensor:
-        *weights, z = variables
-        images = each({n: w.flatten(0, 1) for n, w in zip(names, weights)}, z.flatten(0, 1))
-        return to_model_input(images, input_shape).unflatten(0, z.shape[:2])
+        weights, inputs = variables[:len(names)], variables[len(names):]
+        images = each({n: w.flatten(0, 1) for n, w in zip(names, weights)},
+                      *(x.flatten(0, 1) for x in inputs))
+        return to_model_input(images, input_shape).unflatten(0, inputs[0].shape[:2])
 
     return render
 
@@ -131,6 +145,8 @@ class GIAS(Attack):
         self.space, self.use_bn = variant.removesuffix("+BN"), variant.endswith("+BN")
         if self.space != "x":
             latent_dim(generator)
+        # the generator as searched (its kind's latent, parameters); x: none
+        self.interface = None if self.space == "x" else as_prior(generator)
         self.generator, self.variant, self.prior = generator, variant, prior
         self.prior_dataset, self.step = prior_dataset, step
         self.latent_iterations, self.parameter_iterations = latent_iterations, parameter_iterations
@@ -177,14 +193,13 @@ class GIAS(Attack):
         if space == "x":
             return Stage(self.distance, self.lr_x, self.image_iterations, draw=image_start,
                          signed=self.signed, boxed=True, **common)
-        frozen = frozen_copy(self.generator, victims.device)
+        frozen = frozen_copy(self.interface, victims.device)
         if space == "z":
-            return Stage(self.distance, self.lr_z, self.latent_iterations,
-                         draw=lambda obs, rng: [obs.randn((obs.batch_size, frozen.latent_dim),
-                                                          rng)],
-                         render=rendered(frozen, shape), **common)
+            return Stage(self.distance, self.lr_z, self.latent_iterations, draw=frozen.draw,
+                         render=rendered(frozen, shape), fixed=frozen.n_conditions, **common)
         return Stage(self.distance, self.lr_w, self.parameter_iterations,
-                     render=per_image_generators(frozen, shape), fixed=1, **common)
+                     render=per_image_generators(frozen, shape), fixed=1 + frozen.n_conditions,
+                     **common)
 
     def reconstruct(self, victims: Victims) -> list[Reconstruction]:
         if self.space in ("x", "z"):
@@ -193,19 +208,20 @@ class GIAS(Attack):
             codes = None if self.space == "x" else search.chosen(search.best_restart())[0]
             return self._noted(out, codes, [{self.space: rec.iterations} for rec in out])
         if self.space == "w":  # every restart: a new random z and its own parameter search
-            codes = victims.draw(lambda obs, rng: [obs.randn(
-                (obs.batch_size, self.generator.latent_dim), rng)])[0]
+            codes = victims.draw(self.interface.draw)
             out = victims.reconstructions(self._parameters(victims, codes))
-            chosen = codes[torch.arange(len(out)), torch.tensor([rec.restart for rec in out])]
+            chosen = codes[0][torch.arange(len(out)),
+                              torch.tensor([rec.restart for rec in out])]
             return self._noted(out, chosen, [{"w": rec.iterations} for rec in out])
         latent = victims.solve(self.stage(victims, "z"))  # z/w, z/x: from the best z of Eq. 5
         best = latent.best_restart()
-        codes = latent.chosen(best)[0]
+        found = latent.chosen(best)  # the latent, then its conditions
+        codes = found[0]
         if self.space == "z/w":
-            second = self._parameters(victims, codes.unsqueeze(1))
+            second = self._parameters(victims, [v.unsqueeze(1) for v in found])
         else:
             with torch.no_grad():
-                start = latent.stage.images([codes]).clamp(0, 1)
+                start = latent.stage.images(found).clamp(0, 1)
             second = victims.solve(self.stage(victims, "x"), [start.unsqueeze(1)])
         out = victims.reconstructions(second)
         iterations = []
@@ -216,12 +232,14 @@ class GIAS(Attack):
             rec.restart = int(best[v])
         return self._noted(out, codes, iterations)
 
-    def _parameters(self, victims: Victims, codes: torch.Tensor) -> Solution:
-        """Eq. 7 for every problem from its fixed codes (V, R, B, latent), the generator
-        copies starting at the pretrained weights."""
-        starts = [p.detach().to(victims.device).expand(*codes.shape[:3], *p.shape).clone()
-                  for p in self.generator.parameters()]
-        return victims.solve(self.stage(victims, "w"), starts + [codes])
+    def _parameters(self, victims: Victims, codes: list[torch.Tensor]) -> Solution:
+        """Eq. 7 for every problem from its fixed codes (V, R, B, ...) and conditions, the
+        generator copies starting at the pretrained weights."""
+        weights = dict(self.interface.named_parameters())
+        starts = [weights[n].detach().to(victims.device).expand(*codes[0].shape[:3],
+                                                                *weights[n].shape).clone()
+                  for n in self.interface.searched()]
+        return victims.solve(self.stage(victims, "w"), starts + list(codes))
 
     def _noted(self, out: list[Reconstruction], codes: torch.Tensor | None,
                iterations: list[dict[str, int]]) -> list[Reconstruction]:

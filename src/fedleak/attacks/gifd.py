@@ -16,9 +16,12 @@ stage image with the lowest gradient loss over all stages and restarts (the offi
 
 Defaults follow the official BigGAN configuration: 1000 iterations per stage, 4 restarts,
 z ~ N(0, I), the radius of feature stage k growing as r_1 + (k - 1) dr with dr = r_1 / 4
-(2000, 2500, ... there). The blocks are the ConvTranspose2d blocks of ``generator.net``,
-applied to z viewed as (B, latent, 1, 1) (``fedleak.models.dcgan.Generator``: the latent
-and 3 feature stages). Absolute radii depend on the generator's feature sizes and scale,
+(2000, 2500, ... there). The blocks are the generator kind's (``prior.GeneratorPrior``):
+for the DCGAN the ConvTranspose2d blocks of ``generator.net``, applied to z viewed as
+(B, latent, 1, 1) (the latent and 3 feature stages); for StyleGAN2 the synthesis blocks
+(the feature: the features and ToRGB skip a block takes, styles fixed at the latent
+stage's W+ code); for BigGAN the stem's output and each layer's, the class conditioning
+fixed. Absolute radii depend on the generator's feature sizes and scale,
 so here a radius is a fraction of the l1 norm of the image's feature at the stage start:
 0.1, 0.125, 0.15 by default (on digits with DP noise, larger radii let the later stages
 fit the noise and lower PSNR). The official latent stage also renormalises z after each
@@ -37,7 +40,7 @@ from torch import nn
 from fedleak.attacks.base import Reconstruction, register, stopper_from
 from fedleak.attacks.engine import Attack, Stage, Victims
 from fedleak.attacks.gga import adaptive_transform, ramped
-from fedleak.attacks.prior import frozen_copy, latent_dim, rendered
+from fedleak.attacks.prior import as_prior, frozen_copy, rendered
 from fedleak.types import Need
 
 
@@ -55,18 +58,6 @@ def project_l1_ball(v: torch.Tensor, radius: float | torch.Tensor) -> torch.Tens
     theta = (cumulative.gather(1, (support - 1).clamp(min=0)) - radius) / support.clamp(min=1)
     projected = flat.sign() * (magnitude - theta).clamp(min=0)
     return torch.where(inside, flat, projected).view_as(v)
-
-
-def conv_blocks(generator: nn.Module) -> list[nn.Sequential]:
-    """``generator.net`` split before each ConvTranspose2d: the blocks B_1, ..., B_K."""
-    net = getattr(generator, "net", None)
-    if not isinstance(net, nn.Sequential):
-        raise ValueError(f"GIFD needs generator.net, an nn.Sequential of ConvTranspose2d blocks; "
-                         f"{type(generator).__name__} has none")
-    starts = [i for i, m in enumerate(net) if isinstance(m, nn.ConvTranspose2d)]
-    if not starts or starts[0] != 0:
-        raise ValueError("generator.net must start with a ConvTranspose2d layer")
-    return [net[a:b] for a, b in zip(starts, starts[1:] + [len(net)])]
 
 
 def l1_projection(ratio: float):
@@ -100,12 +91,12 @@ class GIFD(Attack):
     def __init__(self, *, generator: nn.Module, steps: Sequence[int], lr: float,
                  radii: Sequence[float], tv: float, image_norm: float, transform: str,
                  restarts: int, stopper: dict | None, seed: int = 0) -> None:
-        self.generator = frozen_copy(generator)
-        self.latent_dim = latent_dim(self.generator)
-        self.blocks = conv_blocks(self.generator)
+        self.generator = frozen_copy(as_prior(generator))
+        self.latent_dim = self.generator.latent_dim
+        stages = self.generator.stages
         steps = [int(s) for s in steps]
-        if not 1 <= len(steps) <= len(self.blocks) or min(steps) < 1:
-            raise ValueError(f"steps must list 1 to {len(self.blocks)} positive iteration counts "
+        if not 1 <= len(steps) <= stages or min(steps) < 1:
+            raise ValueError(f"steps must list 1 to {stages} positive iteration counts "
                              f"(latent, then one per feature stage), got {list(steps)}")
         if len(radii) < len(steps) - 1 or any(r <= 0 for r in radii):
             raise ValueError(f"radii must give a positive radius for each of the "
@@ -115,11 +106,13 @@ class GIFD(Attack):
         self.restarts, self.seed = restarts, seed
         self.stopper = stopper_from(stopper)
 
-    def _stage(self, shape: tuple[int, int, int], decode: nn.Module, iterations: int,
-               ratio: float | None) -> Stage:
-        """Stage 0 (``ratio`` None) searches z; a feature stage the input of ``decode``."""
-        return Stage("cosine", self.lr, iterations, render=rendered(decode, shape),
-                     draw=lambda obs, rng: [obs.randn((obs.batch_size, self.latent_dim), rng)],
+    def _stage(self, shape: tuple[int, int, int], k: int, iterations: int,
+               ratio: float | None, fixed: int) -> Stage:
+        """Stage 0 (``ratio`` None) searches z; feature stage k the input of block k + 1,
+        the last ``fixed`` variables constants (the styles, BigGAN's conditioning)."""
+        return Stage("cosine", self.lr, iterations, fixed=fixed,
+                     render=rendered(self.generator.decoder(k), shape),
+                     draw=self.generator.draw,
                      regularizers={"tv": self.tv, "l2": self.image_norm},
                      transform=None if self.transform == "none"
                      else partial(adaptive_transform, self.transform),
@@ -131,15 +124,15 @@ class GIFD(Attack):
         the (restart, stage) image of lowest gradient distance."""
         shape = victims.observations[0].input_shape
         self.generator.to(victims.device)
-        solutions = [victims.solve(self._stage(shape, self.generator, self.steps[0], None))]
+        solutions = [victims.solve(self._stage(shape, 0, self.steps[0], None,
+                                               self.generator.n_conditions))]
         grid = solutions[0].variables[0].shape[:3]
-        feature = self.blocks[0](solutions[0].variables[0].flatten(0, 2)
-                                 .view(-1, self.latent_dim, 1, 1))
         for k, iterations in enumerate(self.steps[1:], start=1):
-            stage = self._stage(shape, nn.Sequential(*self.blocks[k:]), iterations,
-                                self.radii[k - 1])
-            solutions.append(victims.solve(stage, [feature.unflatten(0, grid)]))
-            feature = self.blocks[k](solutions[-1].variables[0].flatten(0, 2))
+            with torch.no_grad():
+                start = self.generator.advance(k, [v.flatten(0, 2)
+                                                   for v in solutions[-1].variables])
+            stage = self._stage(shape, k, iterations, self.radii[k - 1], len(start) - 1)
+            solutions.append(victims.solve(stage, [v.unflatten(0, grid) for v in start]))
         images = [s.images() for s in solutions]  # each (V, R, B, C, H, W)
         losses = torch.stack([victims.distances(s.stage, x) for s, x in zip(solutions, images)],
                              dim=2).cpu()  # (V, R, stages)

@@ -19,6 +19,8 @@ class Defense(ABC):
 
     name: str = ""
     needs: ClassVar[dict[str, Need]] = {}
+    # the adaptive attacker's transformation has no randomness: one sample suffices (EOT)
+    deterministic: ClassVar[bool] = False
 
     @abstractmethod
     def __call__(self, ctx: DefenseContext) -> Update:
@@ -30,6 +32,14 @@ class Defense(ABC):
         itself run on ``trial``."""
         return self(DefenseContext(ctx.model, ctx.x, ctx.y, ctx.rng, gradient=trial,
                                    attributes=ctx.attributes))
+
+    def adaptive(self, trial: Update, ctx: DefenseContext, received: Update) -> Update:
+        """The adaptive attacker's transformation of its ``trial`` gradient (issue 33): what
+        an attacker who knows the defense matches to the ``received`` upload, differentiably
+        in ``trial``. By default one draw of :meth:`sample` (EOT over the defense's
+        randomness); a defense with a known transformation (pruning, quantisation,
+        clipping, Soteria) overrides it, reading what it needs from ``received``."""
+        return self.sample(trial, ctx)
 
     @property
     def knob(self) -> str | None:

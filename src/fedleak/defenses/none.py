@@ -8,5 +8,7 @@ from fedleak.types import Update
 
 @register("none")
 class NoDefense(Defense):
+    deterministic = True  # the adaptive attacker's transformation is the identity
+
     def __call__(self, ctx: DefenseContext) -> Update:
         return Update(ctx.true_gradient())

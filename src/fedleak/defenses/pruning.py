@@ -6,6 +6,12 @@ at once (``scope: model``, one threshold; Refiner §3.2.2 does not say which it 
 Modes (Refiner §3.2.2, Table 1): ``grad`` scores by |gradient| (the classic defense,
 default), ``weight`` by |parameter value| and ``weight_grad`` by |gradient x value|, the
 element-wise importance Refiner's utility metric uses.
+
+The adaptive attacker (issue 33; GGL, Li et al. CVPR 2022 §3.3, and CENSOR §II-C's
+adaptive transform) applies the received upload's zero pattern to its trial gradient:
+the pruned entries leave the matching. Re-pruning the trial by its own scores would
+zero other entries wherever its gradient is not yet the client's (mode ``grad``); the
+received pattern is the defense's exact choice, known to whoever sees the upload.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ def prune_smallest(score: torch.Tensor, values: torch.Tensor, ratio: float) -> t
 
 @register("pruning")
 class Pruning(Defense):
+    deterministic = True
+
     def __init__(self, *, ratio: float, mode: str, scope: str) -> None:
         self.ratio, self.mode, self.scope = ratio, mode, scope
 
@@ -48,3 +56,7 @@ class Pruning(Defense):
         sizes = [g.numel() for g in gradient.values()]
         return Update({k: part.view_as(g) for (k, g), part in
                        zip(gradient.items(), flat.split(sizes), strict=True)})
+
+    def adaptive(self, trial: Update, ctx: DefenseContext, received: Update) -> Update:
+        """``trial`` with the received upload's pruned (zero) entries zeroed."""
+        return Update({k: g * (received[k] != 0).to(g.dtype) for k, g in trial.items()})

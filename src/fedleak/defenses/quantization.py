@@ -4,6 +4,12 @@
 Per tensor v with s = 2^bits - 1 levels: Q(v_i) = ||v||_2 * sign(v_i) * xi_i / s,
 where xi_i = l + 1 with probability |v_i| s / ||v|| - l and l otherwise,
 l = floor(|v_i| s / ||v||). Unbiased; fewer bits is a stronger defense (default 8).
+
+The adaptive attacker (issue 33; GGL, Li et al. CVPR 2022 §3.3: the known transformation
+applied to the trial gradient) quantises its trial gradient with a fresh draw of Q at
+every step, differentiably through a straight-through estimator (Bengio et al., 2013):
+the value is Q(v), the gradient that of the identity (Q's floor and sign have zero
+gradient almost everywhere).
 """
 
 from __future__ import annotations
@@ -32,3 +38,7 @@ class Quantization(Defense):
 
     def __call__(self, ctx: DefenseContext) -> Update:
         return ctx.true_gradient().map(lambda g: qsgd(g, self.bits, ctx.rng))
+
+    def adaptive(self, trial: Update, ctx: DefenseContext, received: Update) -> Update:
+        """Q(trial) by value, the identity by gradient (straight-through)."""
+        return trial.map(lambda g: g + (qsgd(g.detach(), self.bits, ctx.rng) - g).detach())

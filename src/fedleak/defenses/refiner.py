@@ -19,6 +19,13 @@ noise-blended initialisation, :meth:`Refiner.refine` returns x* after each step 
 start (Fig. 6 compares the start x with the blend), :meth:`Refiner.robust_data` is the
 x* the upload is the gradient of, and every upload reports MSE(x, x*) in
 ``Update.info["robust_mse"]`` (App. F, Table 10: 0.0839 on CIFAR-10).
+
+The adaptive attacker (issue 33) matches its trial gradient itself (:meth:`Refiner.sample`,
+one sample): the upload is the gradient of x*, a fresh optimisation of the client's own
+batch that no function of the trial gradient reproduces, and it lies within
+epsilon * ||g|| of the true gradient g, so the upload is the attacker's best estimate of
+g. Re-running Refiner on each trial image (a differentiable unrolling of iota steps
+through the evaluation network) would aim the attack at x*, not at x.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ def project_to_ball(update: Update, center: Update, radius: float) -> Update:
 @register("refiner")
 class Refiner(Defense):
     needs = {"evalnet": Need("evalnet")}
+    deterministic = True  # the adaptive attacker matches its trial gradient itself
 
     def __init__(self, *, evalnet: nn.Module, epsilon: float, alpha: float, beta: float,
                  iterations: int, tau: float, lr: float) -> None:

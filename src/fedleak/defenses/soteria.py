@@ -13,6 +13,13 @@ mode measured 6x faster on 1x16x16 LeNet inputs (256 pixels, 192 features) and 2
 on 1x32x32, reverse mode 1.5x faster on 3x32x32 (3,072 vs 768). Scores use the model
 in eval mode (BatchNorm with its running statistics), so the Jacobian pass never
 updates them. Default ratio 0.1 (GGL and CENSOR's baseline).
+
+The adaptive attacker (issue 33; GGL, Li et al. CVPR 2022 §3.3, §4) leaves Soteria's
+pruned part of the defended layer out of the matching: the trial gradient's columns of
+that layer that are zero in the received upload are zeroed, so they add a constant to an
+L2 distance and nothing to a cosine one. The layer's other columns are the client's exact
+gradient, so they stay (excluding the whole layer would discard them; GGA's ``soteria``
+transform does the same).
 """
 
 from __future__ import annotations
@@ -82,6 +89,8 @@ def defended_layer(model: nn.Module) -> str:
 
 @register("soteria")
 class Soteria(Defense):
+    deterministic = True
+
     def __init__(self, *, ratio: float, vectorised: bool) -> None:
         self.ratio, self.vectorised = ratio, vectorised
 
@@ -91,3 +100,9 @@ class Soteria(Defense):
         key = defended_layer(ctx.model)
         update[key] = update[key] * soteria_mask(scores, self.ratio).unsqueeze(0)
         return update
+
+    def adaptive(self, trial: Update, ctx: DefenseContext, received: Update) -> Update:
+        """``trial`` without the defended layer's columns that the received upload lacks."""
+        key = defended_layer(ctx.model)
+        kept = (received[key] != 0).any(dim=0).to(trial[key].dtype)
+        return Update({**trial, key: trial[key] * kept.unsqueeze(0)})

@@ -15,7 +15,7 @@ from torch import nn
 
 from fedleak import adversaries, attacks, data, defenses, models
 from fedleak.attacks.bn_statistics import dataset_statistics
-from fedleak.experiment import paths, plan
+from fedleak.experiment import paths, plan, priors
 from fedleak.types import Setting, artifact_parts
 from fedleak.utils.device import to_device
 
@@ -94,20 +94,40 @@ def prior_dataset(job: Job, of: str | None) -> str:
 
 
 def _gan(job: Job, of: str | None = None) -> Path:
+    """The prior's file: the pipeline's DCGAN of the dataset, or the pretrained kind's
+    weights (``gan.weights``, of no dataset)."""
+    if priors.pretrained(job.config):
+        return priors.weights(job.config)
     return paths.gan_file(job.results, prior_dataset(job, of))
+
+
+def _load_gan(job: Job, of: str | None) -> nn.Module:
+    if priors.pretrained(job.config):
+        return priors.load(job.config)
+    return models.dcgan.load_generator(_gan(job, of))
 
 
 def _giml(job: Job) -> Path:
     return paths.giml_file(job.results, job.case)
 
 
-def _untrained_gan(job: Job, of: str | None) -> models.Generator:
-    """The prior's architecture for its dataset's channels, untrained (``gan.seed``)."""
+def _untrained_files(job: Job, of: str | None) -> list[Path]:
+    """A DCGAN's channels are its dataset's (its manifest); a pretrained kind needs none."""
+    if priors.pretrained(job.config):
+        return []
+    return [paths.data_manifest(job.results, prior_dataset(job, of))]
+
+
+def _untrained_gan(job: Job, of: str | None) -> nn.Module:
+    """The prior's architecture (for a DCGAN, its dataset's channels), untrained
+    (``gan.seed``)."""
+    if priors.pretrained(job.config):
+        return priors.untrained(job.config)
     spec = job.config["gan"]
     channels = data.read_manifest(paths.data_dir(job.results, prior_dataset(job, of))
                                   )["shape"][0]
     return models.dcgan.untrained_generator(spec["latent_dim"], channels, spec["width"],
-                                            spec["seed"])
+                                            spec["seed"], spec["resolution"])
 
 
 def _zoo_files(job: Job) -> list[Path]:
@@ -123,11 +143,8 @@ def _zoo(job: Job) -> adversaries.ModelZoo:
 KINDS: dict[str, Kind] = {
     "evalnet": Kind(lambda job, _: [_evalnet(job)],
                     lambda job, _m, _: models.evalnet.load_evaluation_network(_evalnet(job))),
-    "gan": Kind(lambda job, of: [_gan(job, of)],
-                lambda job, _, of: models.dcgan.load_generator(_gan(job, of))),
-    "untrained_gan": Kind(lambda job, of: [paths.data_manifest(job.results,
-                                                               prior_dataset(job, of))],
-                          lambda job, _, of: _untrained_gan(job, of)),
+    "gan": Kind(lambda job, of: [_gan(job, of)], lambda job, _, of: _load_gan(job, of)),
+    "untrained_gan": Kind(_untrained_files, lambda job, _, of: _untrained_gan(job, of)),
     "giml_generator": Kind(lambda job, _: [_giml(job)],
                            lambda job, _, of: models.dcgan.load_generator(
                                _giml(job), step=None if of is None else int(of))),
@@ -218,3 +235,16 @@ def build_attack(job: Job, label: str, model: nn.Module, defense: defenses.Defen
     if "defense" in needed.values():
         loaded.update({k: defense for k, v in needed.items() if v == "defense"})
     return attacks.build(name, seed=seed, **params, **loaded)
+
+
+def build_adaptive(job: Job, label: str, model: nn.Module, defense: defenses.Defense,
+                   seed: int) -> attacks.base.Attack:
+    """The adaptive attacker of ``label`` (``attack.adaptive``, issue 33): EOT wrapping the
+    label's attack and parameters, its trial gradients through ``defense``'s adaptive
+    transformation, ``attack.adaptive_samples`` draws of a random defense per step."""
+    name, params = plan.attack_of(job.resolved, label)
+    loaded = _loaded({k: v for k, v in attack_needs(job, label).items() if v != "defense"},
+                     job, model)
+    return attacks.build("eot", seed=seed, wraps=name, wraps_params=params,
+                         samples=job.resolved["attack"]["adaptive_samples"], defense=defense,
+                         **loaded)

@@ -11,6 +11,16 @@
   samples (the train split, ``attribute.batch_size`` per upload) made as FL clients make
   theirs, through the setting's defense. ASR is the adversary's accuracy on D_test; the
   setting's learning loss is its FL run's final test loss (§5.5).
+
+  With ``attribute.adaptive`` (issue 33) every adversary is also fitted on D_train's
+  *defended* uploads: each public upload made as a client makes its own
+  (``fl.client_update`` through the setting's defense, its strength and parameters), the
+  defense's randomness drawn from a seed of its own (``_seeds``' ``public``, not the
+  victims'). That defense-aware adversary (``attacker`` ``adaptive``) attacks the same
+  client uploads as the paper's (``attacker`` ``paper``), which learns from clean gradients
+  (§5.4: it assumes nothing of the defense). It depends on the setting, so it is fitted in
+  the job, not saved. Under ``none`` with one local step the defended upload is the clean
+  gradient: the adaptive adversary is the paper's and its rows are the paper's, reused.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from fedleak.experiment import paths, plan
 from fedleak.experiment.artifacts import Job, build_defense
 from fedleak.experiment.phases import model_at
 from fedleak.fl import client_update
-from fedleak.types import Setting, Update
+from fedleak.types import ADAPTIVE, PAPER, Setting, Update
 from fedleak.utils.device import select
 from fedleak.utils.io import REMEDY, ArtifactError, load_torch, read_json, save_torch, write_json
 from fedleak.utils.seeding import child_seeds, seed_everything
@@ -74,7 +84,9 @@ ADVERSARIES_FORMAT = "fedleak.adversaries"
 
 
 def _seeds(seed: int) -> dict[str, int]:
-    return child_seeds(seed, ["samples", "defense", "adversary"])
+    """One seed per concern; ``public`` draws the defense's randomness on D_train's uploads
+    (the adaptive adversary's training data), apart from the victims' ``defense``."""
+    return child_seeds(seed, ["samples", "defense", "adversary", "public"])
 
 
 def _model_digest(model: torch.nn.Module) -> str:
@@ -140,22 +152,25 @@ def _majority(values: torch.Tensor) -> int:
 
 
 def _uploads(job: Job, model: torch.nn.Module, samples: data.ImageData, round_: int,
-             seeds: dict) -> tuple[torch.Tensor, dict[str, np.ndarray], list[float]]:
-    """D_test: features of each defended upload, its attribute labels and the defense's
-    time per upload."""
+             seed: int, desc: str = "") -> tuple[torch.Tensor, dict[str, np.ndarray],
+                                                  list[float]]:
+    """Features of each defended upload of ``samples`` (``attribute.batch_size`` per upload:
+    D_test, or D_train for the adaptive adversary), its attribute labels and the defense's
+    time per upload; upload g's defense draws from ``seed + g``."""
     spec, fl = job.config["attribute"], job.resolved["fl"]
     defense = build_defense(Job(job.config, job.results, job.case, job.setting, job.seed,
                                 zoo_round=round_), model)
     size = spec["batch_size"]
     features, labels, seconds = [], {a: [] for a in samples.attributes}, []
     groups = range(len(samples) // size)
-    for g in tqdm(groups, desc=f"{job.setting} round {round_}", unit="upload", leave=False):
+    for g in tqdm(groups, desc=f"{desc}{job.setting} round {round_}", unit="upload",
+                  leave=False):
         part = samples.subset(torch.arange(g * size, (g + 1) * size))
         batch = (part.x, part.y, part.attributes)
         start = time.perf_counter()
         upload = client_update(model, lambda _step, b=batch: b, fl["local_steps"],
                                fl["local_lr"], defense,
-                               torch.Generator().manual_seed(seeds["defense"] + g))
+                               torch.Generator().manual_seed(seed + g))
         seconds.append(time.perf_counter() - start)
         features.append(gradient_features(Update(upload).detached(), spec["feature_size"]))
         for a, values in part.attributes.items():
@@ -196,7 +211,14 @@ def run_attribute(config: dict, results: Path, case: str, setting: Setting, seed
     d_test = _with_attributes(train.subset(torch.from_numpy(chosen)), names).to(device)
     fl_run = read_json(job.fl_dir / "metrics.json")
     refitted = [n for n in spec["adversaries"] if not adversaries.build(n).savable]
-    rows, times = [], []
+    # the adaptive adversary learns from D_train's defended uploads, except where they are
+    # the clean gradients the paper's adversary learns from (no defense, one local step)
+    reused = plan.defense_of(job.resolved, setting)[0] == plan.NONE.defense and \
+        job.resolved["fl"]["local_steps"] == 1
+    if spec["adaptive"] and reused:
+        print(f"adaptive adversaries of {setting}: its uploads are clean gradients, the "
+              f"paper's adversaries' rows are reused", file=sys.stderr)
+    rows, times, public_times = [], [], []
     for round_ in spec["rounds"]:
         model = model_at(job, train, paths.checkpoint(results, case, job.setting, seed, round_)
                          ).to(device)
@@ -204,8 +226,12 @@ def run_attribute(config: dict, results: Path, case: str, setting: Setting, seed
             results, case, plan.adversary_setting(setting, round_), seed, round_), model)
         if refitted:
             train_x, train_labels = _train_features(model, d_train, spec)
-        test_x, test_labels, seconds = _uploads(job, model, d_test, round_, seeds)
+        test_x, test_labels, seconds = _uploads(job, model, d_test, round_, seeds["defense"])
         times += seconds
+        if spec["adaptive"] and not reused:
+            public_x, public_labels, seconds = _uploads(job, model, d_train, round_,
+                                                        seeds["public"], desc="public ")
+            public_times += seconds
         for attribute in names:
             chance = float(np.bincount(test_labels[attribute]).max() / len(test_x))
             for name in spec["adversaries"]:
@@ -215,14 +241,25 @@ def run_attribute(config: dict, results: Path, case: str, setting: Setting, seed
                 else:
                     adversary.restore(saved[attribute][name])
                 asr = float(np.mean(adversary.predict(test_x) == test_labels[attribute]))
-                rows.append({"adversary": name, "attribute": attribute, "round": round_,
-                             "asr": asr, "chance": chance, "uploads": len(test_x)})
-                print(f"{name} vs {setting} round {round_} {attribute}: ASR {asr:.3f} "
-                      f"(chance {chance:.3f})", file=sys.stderr)
+                scores = {PAPER: asr}
+                if spec["adaptive"]:
+                    if not reused:
+                        adversary = adversaries.build(name, seed=seeds["adversary"]).to(
+                            device).fit(public_x, public_labels[attribute])
+                        asr = float(np.mean(adversary.predict(test_x) ==
+                                            test_labels[attribute]))
+                    scores[ADAPTIVE] = asr
+                for attacker, asr in scores.items():
+                    rows.append({"adversary": name, "attacker": attacker,
+                                 "attribute": attribute, "round": round_, "asr": asr,
+                                 "chance": chance, "uploads": len(test_x)})
+                    print(f"{name} ({attacker}) vs {setting} round {round_} {attribute}: "
+                          f"ASR {asr:.3f} (chance {chance:.3f})", file=sys.stderr)
     write_json(paths.attribute_metrics(results, case, setting, seed), {
         "case": case, "setting": setting.text, "defense": setting.label,
         "strength": setting.strength, "seed": seed, "rows": rows,
         "learning_loss": fl_run["history"][-1]["test_loss"],
         "accuracy": fl_run["final_accuracy"],
         "defense_time_mean": float(np.mean(times)) if times else None,
+        "public_defense_time_mean": float(np.mean(public_times)) if public_times else None,
     })

@@ -12,7 +12,9 @@ in units whose cost depends only on the model, the input shape and the batch siz
   restarts x iterations (GIAS/GIML: the iterations of each stage of the variant; GIFD: the
   sum of its ``steps``; EOT: samples x the wrapped attack's; R-GAP: its latent search, else
   one), x the uploads of a sequence victim. The generator's forward pass of the GAN-based
-  attacks is not in it.
+  attacks is not in it, nor L-BFGS's extra evaluations (up to 20 an iteration) and loop
+  overhead: an L-BFGS attack at LeNet batch-1 scale runs ~4x its estimate (EPAFL Table 5,
+  docs/decisions.md).
 - ``gan_step`` / ``evalnet_step``: one training step of the DCGAN prior / Refiner's
   evaluation network at its batch size (the library trainers, one batch, one epoch); a
   training job is epochs x ceil(split images / batch) of them, the split's size from the
@@ -22,18 +24,29 @@ in units whose cost depends only on the model, the input shape and the batch siz
   of its train samples, then ``zoo_size`` x attributes x ``zoo_epochs`` x batches of
   ``mlp_step`` (one SGD step of a defender MLP, three hidden layers of 512, the middle of
   the widths it draws); the adversaries and attribute jobs: the per-sample gradients of
-  their train and test samples (the adversaries' own fitting is not in it).
+  their train and test samples, with ``attribute.adaptive`` the train samples' defended
+  uploads again (the adversaries' own fitting is not in it).
 - ``startup``: starting ``python`` and importing ``fedleak.cli``, once per job (Snakemake
-  runs each job in its own process); data preparation, studies, targets and the
-  aggregation are counted as this alone. A job's data loading, metrics and file writing
-  are not in the model (on ``config/test.yaml`` it comes out ~0.7x the benchmarks' sum).
+  runs each job in its own process); ``startup:gradients`` also pays torch.func's first
+  call (it imports torch's compiler stack, ~1-3 CPU s), as the attack engine, GIML and the
+  adversaries' per-sample gradients do (``GRADIENT_RULES``); ``startup:figures`` imports
+  matplotlib and seaborn, as ``target`` and ``aggregate`` do. Data preparation and studies
+  are counted as start-up alone.
+- ``figure``: drawing and saving one figure (a seaborn line plot at the project's dpi):
+  each figure a target draws (its panels) and each standard figure of the aggregation.
+  A job's data loading, metrics and file writing are not in the model.
 
 The **rates** are measured on the machine at hand by a short calibration that
-``estimate`` runs itself (``calibrate``: each unit timed a few times after a warm-up,
-median wall seconds, with ``threads`` torch threads as the jobs run), cached as JSON under
+``estimate`` runs itself (``calibrate``: each unit timed a few times after a warm-up, the
+median, with ``threads`` torch threads as the jobs run), cached as JSON under
 ``$FEDLEAK_CACHE`` (default ``$XDG_CACHE_HOME/fedleak`` or ``~/.cache/fedleak``), one file
 ``estimate-<hostname>-torch<version>-<device>.json`` per machine, torch version and device;
-a unit already in the cache is not measured again. CPU hours use the CPU calibration; GPU
+a unit already in the cache is not measured again. On the CPU a unit's seconds are CPU
+seconds (``time.process_time``; the start-up's child process by ``getrusage``): CPU-hours,
+which a dedicated core spends as wall time, and far less sensitive than wall time to other
+processes sharing the machine (``benchmarks/estimate_check.py`` compares them with a run's
+``results/benchmarks/``; docs/decisions.md has the numbers). On CUDA they are wall seconds,
+the device synchronised. CPU hours use the CPU calibration; GPU
 hours the same model calibrated on CUDA, only where CUDA is present (elsewhere they are
 left empty: no factor turns a CPU's rates into a GPU's honestly; run ``fedleak estimate`` on
 the GPU machine).
@@ -47,10 +60,12 @@ targets need is counted in each of their rows and once in ``total``.
 from __future__ import annotations
 
 import copy
+import io
 import json
 import math
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -73,6 +88,15 @@ REPEATS = 3  # timed runs per unit after one warm-up; the median is kept
 RESULTS = Path("results")
 COLUMNS = ("target", "jobs", "cpu_hours", "gpu_hours")
 ZOO_BATCH, ZOO_WIDTH = 32, 512  # adversaries.train_zoo's batch; the middle of its widths
+# the rules whose jobs call torch.func (the attack engine, GIML, per-sample gradients)
+GRADIENT_RULES = frozenset({"attack", "train_giml", "train_zoo", "fit_adversaries",
+                            "attribute"})
+FIGURE_RULES = frozenset({"target", "aggregate"})  # they draw with matplotlib and seaborn
+# what a start-up of each kind runs after `import fedleak.cli`
+STARTUP = {"startup": "",
+           "startup:gradients": "import torch; from torch.func import grad, vmap; "
+                                "vmap(grad(lambda x: (x * x).sum()))(torch.ones(2, 3))",
+           "startup:figures": "import matplotlib.pyplot, seaborn"}
 
 
 @dataclass
@@ -99,14 +123,18 @@ def attack_iterations(name: str, params: dict) -> int:
 
 def attack_work(config: dict, labels: Iterable[str]) -> int:
     """Gradient-matching iterations of one attack job (one seed): per label, victims x
-    restarts x iterations, x the uploads of a sequence victim."""
+    restarts x iterations, x the uploads of a sequence victim; a label in
+    ``attack.adaptive`` once more for its adaptive attacker, x ``attack.adaptive_samples``
+    (the most a defense's draws cost it; a deterministic defense takes one)."""
     uploads = max(1, config["attack"]["sequence"]["steps"])
     work = 0
     for label in labels:
         name, params = plan.attack_of(config, label)
         restarts = cfg.resolve("attacks", name, params).get("restarts", 1)
+        runs = 1 + (config["attack"]["adaptive_samples"]
+                    if label in config["attack"]["adaptive"] else 0)
         work += plan.victims(config, label) * restarts * attack_iterations(name, params) \
-            * uploads
+            * uploads * runs
     return work
 
 
@@ -148,7 +176,9 @@ def jobs(config: dict, results: Path = RESULTS) -> dict[tuple[str, str], Job]:
 
     def add(rule: str, key: Path | str, work: dict | None = None) -> None:
         job = found.setdefault((rule, str(key)), Job(rule))
-        job.work.update({"startup": 1, **(work or {})})
+        startup = "startup:gradients" if rule in GRADIENT_RULES else \
+            "startup:figures" if rule in FIGURE_RULES else "startup"
+        job.work.update({startup: 1, **(work or {})})
 
     for path in out["data"]:
         add("prepare_data", path)
@@ -164,8 +194,9 @@ def jobs(config: dict, results: Path = RESULTS) -> dict[tuple[str, str], Job]:
         dataset = path.stem
         size = _split_size(config, results, dataset, spec["split"])
         (c, _, _), _ = _shape(config, results, dataset)
+        size_tag = "" if spec["resolution"] == 32 else f":r{spec['resolution']}"  # 64x64
         add("train_gan", path, {f"gan_step:{c}:{spec['latent_dim']}:{spec['width']}"
-                                f":b{spec['batch_size']}":
+                                f"{size_tag}:b{spec['batch_size']}":
                                 spec["epochs"] * math.ceil(size / spec["batch_size"])})
     for path in out["giml"]:
         spec, case = config["giml"], path.stem
@@ -199,15 +230,18 @@ def jobs(config: dict, results: Path = RESULTS) -> dict[tuple[str, str], Job]:
             add("fit_adversaries", paths.adversaries_file(results, case, setting, seed, round_),
                 {_model_unit(config, results, case, "fl_step", 1): samples})
     for case, setting in plan.attribute_jobs(config):
-        rounds = len(plan.resolve(config, setting)["attribute"]["rounds"])
+        resolved = plan.resolve(config, setting)["attribute"]
+        # attribute.adaptive: D_train's defended uploads too, for the adaptive adversaries
+        uploads = samples + resolved["train_samples"] * resolved["adaptive"]
         for seed in config["fl"]["seeds"]:
             add("attribute", paths.attribute_metrics(results, case, setting, seed),
-                {_model_unit(config, results, case, "fl_step", 1): samples * rounds})
+                {_model_unit(config, results, case, "fl_step", 1):
+                 uploads * len(resolved["rounds"])})
     for path in out["studies"]:
         add("study", path)
-    for path in out["targets"]:
-        add("target", path)
-    add("aggregate", paths.report(results))  # every run ends with report.md
+    for name, path in zip(plan.targets(config), out["targets"]):
+        add("target", path, {"figure": len(cfg.figure_specs(config["targets"][name]))})
+    add("aggregate", paths.report(results), {"figure": len(out["figures"])})  # report.md
     return found
 
 
@@ -252,9 +286,42 @@ def cache_file(device: str) -> Path:
     return Path(root) / f"estimate-{platform.node()}-torch{torch.__version__}-{device}.json"
 
 
-def _startup() -> Callable[[], object]:
-    command = [sys.executable, "-c", "import fedleak.cli"]
+def _startup(kind: str) -> Callable[[], object]:
+    command = [sys.executable, "-c", f"import fedleak.cli; {STARTUP[kind]}"]
     return lambda: subprocess.run(command, check=True, capture_output=True)
+
+
+def _figure() -> Callable[[], object]:
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    import seaborn as sns
+
+    frame = pd.DataFrame({"x": [x for x in range(8) for _ in range(3)],
+                          "y": [(x * 7 + h) % 5 for x in range(8) for h in range(3)],
+                          "series": [f"s{h}" for _ in range(8) for h in range(3)]})
+
+    def draw() -> None:
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        sns.lineplot(frame, x="x", y="y", hue="series", style="series", markers=True, ax=ax)
+        fig.savefig(io.BytesIO(), format="png", dpi=150, bbox_inches="tight")
+        plt.close(fig)
+    return draw
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it has waited for."""
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                         resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _seconds(call: Callable[[], object], device: str) -> float:
+    """One timed run of ``call``: CPU seconds on the CPU, wall seconds on CUDA."""
+    if device != "cpu":
+        return timed(call, device)[0]
+    before = _cpu_seconds()
+    call()
+    return _cpu_seconds() - before
 
 
 def _model(parts: list[str], device: torch.device) -> tuple[torch.nn.Module, tuple, int]:
@@ -273,7 +340,9 @@ def _unit_call(unit: str, device: torch.device) -> Callable[[], object]:
     """One unit of work, ready to time (its inputs built once, on ``device``)."""
     kind, *parts = unit.split(":")
     if kind == "startup":
-        return _startup()
+        return _startup(unit)
+    if kind == "figure":
+        return _figure()
     batch = int(parts[-1].removeprefix("b"))
     gen = torch.Generator().manual_seed(0)
     if kind in ("fl_step", "match"):
@@ -311,7 +380,8 @@ def _unit_call(unit: str, device: torch.device) -> Callable[[], object]:
         return mlp_step
     if kind == "gan_step":
         channels, latent, width = (int(v) for v in parts[:3])
-        images = torch.rand((batch, channels, 32, 32), generator=gen).to(device)
+        size = int(parts[3].removeprefix("r")) if len(parts) == 5 else 32
+        images = torch.rand((batch, channels, size, size), generator=gen).to(device)
         return lambda: models.dcgan.train_dcgan(images, epochs=1, batch_size=batch, lr=2e-4,
                                                 latent_dim=latent, width=width, seed=0,
                                                 progress=False)
@@ -342,7 +412,7 @@ def calibrate(units: Iterable[str], device: str = "cpu", threads: int | None = N
                              file=sys.stderr):
                 call = _unit_call(unit, torch.device(device))
                 call()  # warm-up: lazy initialisation, allocator growth
-                cached[unit] = statistics.median(timed(call, device)[0] for _ in range(REPEATS))
+                cached[unit] = statistics.median(_seconds(call, device) for _ in range(REPEATS))
         finally:
             torch.set_num_threads(before)
         write_json(path, dict(sorted(cached.items())))
@@ -351,7 +421,8 @@ def calibrate(units: Iterable[str], device: str = "cpu", threads: int | None = N
 
 # -- the estimate ------------------------------------------------------------------------
 
-def _hours(work: Counter, rates: dict[str, float] | None) -> float | None:
+def job_hours(work: Counter, rates: dict[str, float] | None) -> float | None:
+    """Hours of ``work`` at ``rates`` (seconds per unit); None without rates."""
     if rates is None:
         return None
     return sum(count * rates[unit] for unit, count in work.items()) / 3600
@@ -370,8 +441,8 @@ def estimate(config: dict, targets: list[str] | None = None, results: Path = RES
     for name, found in rows_jobs.items():
         work = sum((job.work for job in found.values()), Counter())
         rows.append({"target": name, "jobs": len(found),
-                     "cpu_hours": _hours(work, rates.get("cpu")),
-                     "gpu_hours": _hours(work, rates.get("cuda")),
+                     "cpu_hours": job_hours(work, rates.get("cpu")),
+                     "gpu_hours": job_hours(work, rates.get("cuda")),
                      "rules": Counter(job.rule for job in found.values())})
     return rows
 

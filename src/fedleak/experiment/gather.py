@@ -14,7 +14,7 @@ from fedleak.experiment import paths, plan, studies
 from fedleak.metrics.utility import pmm
 from fedleak.report.tables import fl_rows, load_record, victim_rows
 from fedleak.report.targets import TargetInputs
-from fedleak.types import Setting
+from fedleak.types import PAPER, Setting
 
 NONE = plan.NONE
 
@@ -44,10 +44,11 @@ def _fl_summary(config: dict, results: Path, case: str, setting: Setting, seed: 
 
 
 def _attribute_rows(path: Path, keys: dict) -> list[dict]:
-    """One attribute job's rows (adversary, attribute, round), each with its ASR, chance,
-    the FL run's learning loss and accuracy, and the point's keys."""
+    """One attribute job's rows (adversary, attacker, attribute, round), each with its ASR,
+    chance, the FL run's learning loss and accuracy, and the point's keys."""
     job = load_record(path, ["rows", "learning_loss", "accuracy"])
-    return [{**keys, "adversary": row["adversary"], "attribute": row["attribute"],
+    return [{**keys, "adversary": row["adversary"], "attacker": row.get("attacker", PAPER),
+             "attribute": row["attribute"],
              "round": row["round"], "attribute_asr": row["asr"], "chance": row["chance"],
              "learning_loss": job["learning_loss"], "accuracy": job["accuracy"]}
             for row in job["rows"]]
@@ -82,8 +83,9 @@ def target_inputs(config: dict, results: Path, name: str) -> TargetInputs:
             summary = _fl_summary(config, results, point.case, point.setting, seed)
             path = paths.attack_metrics(results, point.case, point.setting, seed)
             snapshots = load_record(path, ["snapshots"])["snapshots"]
+            # a target reproduces the paper's attacks, not the adaptive attacker's rows
             victims += [{**row, **keys, **summary} for row in victim_rows(path)
-                        if row["attack"] in point.attacks]
+                        if row["attack"] in point.attacks and row["attacker"] == "paper"]
             details += [{**keys, "attack": label, "snapshots": snapshots,
                          "details": str(paths.attack_details(results, point.case, point.setting,
                                                              seed))}

@@ -23,13 +23,14 @@ from fedleak.experiment import victims as victims_of
 from fedleak.experiment.artifacts import (
     Job,
     artifact_files,
+    build_adaptive,
     build_attack,
     build_defense,
     kinds_needed,
     prior_dataset,
 )
 from fedleak.fl import FLSettings, client_update, local_update, run_federated
-from fedleak.types import Observation, Setting, artifact_parts
+from fedleak.types import ADAPTIVE, PAPER, Observation, Setting, artifact_parts
 from fedleak.utils.device import select
 from fedleak.utils.io import (
     load_state,
@@ -112,13 +113,15 @@ def _save_generator(out: Path, generator: models.Generator, spec: dict, channels
     device = next(generator.parameters()).device
     save_torch(out, {"generator": generator.state_dict(), "latent_dim": spec["latent_dim"],
                      "width": spec["width"], "channels": channels,
+                     "resolution": generator.resolution,
                      **({"checkpoints": checkpoints} if checkpoints else {})})
     with torch.no_grad():
         z = torch.randn(64, spec["latent_dim"], generator=torch.Generator().manual_seed(0))
         z = z.to(device)
         images = generator(z)
         if checkpoints and len(checkpoints) > 1:
-            shown = models.Generator(spec["latent_dim"], channels, spec["width"]).to(device)
+            shown = models.Generator(spec["latent_dim"], channels, spec["width"],
+                                     generator.resolution).to(device)
             shown.eval()
             images = torch.cat([load_state(shown, state, out, f"step {step}")(z[:8])
                                 for step, state in sorted(checkpoints.items())])
@@ -131,14 +134,18 @@ def train_gan(config: dict, results: Path, dataset: str | None = None) -> None:
     ``gan.dataset``; another: the wrong prior an attack's ``prior_dataset`` names)."""
     spec = config["gan"]
     dataset = dataset or spec["dataset"]
+    if spec["kind"] != "dcgan":
+        raise ValueError(f"gan.kind {spec['kind']!r} is pretrained (gan.weights); only the "
+                         f"dcgan kind is trained (expected gan.kind dcgan)")
     if dataset not in config["datasets"]:
         raise ValueError(f"dataset {dataset!r} is not configured; expected one of "
                          f"{sorted(config['datasets'])}")
     device = select(config["device"])
     seed_everything(spec["seed"], config["threads"])
     images = data.load_prepared(paths.data_dir(results, dataset), spec["split"]).x.to(device)
-    # the DCGAN generates 32x32; attacks resize to the model's input
-    images = _resized(images, (32, 32)).clamp(0, 1)
+    # the DCGAN generates gan.resolution (32 or 64); attacks resize to the model's input
+    size = spec["resolution"]
+    images = _resized(images, (size, size)).clamp(0, 1)
     generator, log = models.dcgan.train_dcgan(
         images, epochs=spec["epochs"], batch_size=spec["batch_size"], lr=spec["lr"],
         latent_dim=spec["latent_dim"], width=spec["width"], seed=spec["seed"])
@@ -401,9 +408,10 @@ IMAGE_METRICS = {"psnr": metrics.psnr, "ssim": metrics.ssim, "mse": metrics.mse,
 
 
 def _victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstruction,
-                   wanted: list[str], evalnet: torch.nn.Module | None
+                   wanted: list[str], evalnet: torch.nn.Module | None, attacker: str
                    ) -> tuple[dict, torch.Tensor]:
-    """One victim's metrics (batch means, and per image for batches of more than one).
+    """One victim's metrics (batch means, and per image for batches of more than one), by
+    the ``attacker`` (``paper``, or ``adaptive``: ``attack.adaptive``).
 
     ``failure`` says why a victim's numbers are not a reconstruction's: a defended upload
     with NaN/inf values, a reconstruction with NaN/inf pixels (its image metrics are NaN,
@@ -425,7 +433,7 @@ def _victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstr
     matched = metrics.match(images, x)
     single = len(y) == 1
     record = {
-        "victim": v, "indices": idx.tolist(),
+        "victim": v, "attacker": attacker, "indices": idx.tolist(),
         "label": y.tolist()[0] if single else sorted(y.tolist()),
         "predicted_label": rec.labels.tolist()[0] if single else sorted(rec.labels.tolist()),
         "iterations": rec.iterations, "stop_reason": rec.stop_reason,
@@ -482,6 +490,15 @@ def _finite_mean(values: list[float]) -> float:
     return float(np.mean(finite)) if finite else float("nan")
 
 
+def _attackers(labels: list[str], built: dict, adaptive: dict
+               ) -> list[tuple[str, str, attacks.base.Attack]]:
+    """(label, attacker, attack) in the order they run: each label's paper attack, then its
+    adaptive attacker where ``attack.adaptive`` names it."""
+    return [(label, attacker, attack) for label in labels
+            for attacker, attack in ((PAPER, built[label]), (ADAPTIVE, adaptive.get(label)))
+            if attack is not None]
+
+
 def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: int) -> None:
     """The job's attacks, each against the same defended uploads of one setting."""
     job = Job(config, results, case, setting, seed)
@@ -501,34 +518,43 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
     model = model_at(job, train, job.checkpoint).to(device)
     defense = build_defense(job, model)
     built = {label: build_attack(job, label, model, defense, seeds["attack"]) for label in labels}
-    _check_sequence(spec, built)
+    adaptive = {label: build_adaptive(job, label, model, defense, seeds["attack"])
+                for label in labels if label in spec["adaptive"]}
+    _check_sequence(spec, {**built, **{f"{k} (adaptive)": a for k, a in adaptive.items()}})
     evalnet = (models.evalnet.load_evaluation_network(paths.evalnet_file(results, job.dataset))
                if "noise_ratio" in spec["metrics"] else None)
     victims = _sequence_victims if spec["sequence"]["steps"] else _victims
     observations, truths = victims(job, model, train, defense, seeds)
     out = paths.attack_dir(results, case, setting, seed)
     runs = {}
-    for label in labels:
+    for label, attacker, attack in _attackers(labels, built, adaptive):
         count = plan.victims(job.resolved, label)
         try:
-            recs = attacks.reconstruct_all(built[label], observations[:count],
-                                           spec["snapshots"], progress=f"{label} vs {setting}")
+            recs = attacks.reconstruct_all(attack, observations[:count], spec["snapshots"],
+                                           progress=f"{label} ({attacker}) vs {setting}")
         except (ArithmeticError, torch.linalg.LinAlgError) as err:  # numerical breakdown
             recs = [_failed(obs, f"failed: {type(err).__name__}: {err}", spec["snapshots"])
                     for obs in observations[:count]]
-        records, matched = zip(*(_victim_record(v, truth, obs, rec, spec["metrics"], evalnet)
+        records, matched = zip(*(_victim_record(v, truth, obs, rec, spec["metrics"], evalnet,
+                                                attacker)
                                  for v, (truth, obs, rec)
                                  in enumerate(zip(truths, observations, recs))))
         if spec["victim_class"] is not None:  # CENSOR Fig. 3: are they alike?
             victims_of.add_likeness(list(records), list(matched), truths[:len(records)])
-        _save_details(paths.attack_details(results, case, setting, seed), label, recs, truths,
+        _save_details(paths.attack_details(results, case, setting, seed),
+                      label if attacker == PAPER else f"{label}.adaptive", recs, truths,
                       list(matched), spec)
-        runs[label] = {"attack": plan.attack_of(job.resolved, label)[0],
-                       "params": plan.attack_of(job.resolved, label)[1], "victims": list(records)}
+        run = runs.setdefault(label, {"attack": plan.attack_of(job.resolved, label)[0],
+                                      "params": plan.attack_of(job.resolved, label)[1],
+                                      "victims": []})
+        run["victims"] += records
+        if attacker == ADAPTIVE:  # what ran as the adaptive attacker: EOT's samples
+            run["adaptive"] = {"attack": "eot", "samples": attack.draws,
+                               "defense": attack.defense.name}
         summary = ", ".join(f"{m} {_finite_mean([r[m] for r in records]):.4g}"
                             for m in spec["metrics"][:2])
         failed = [f"victim {r['victim']}: {r['failure']}" for r in records if r["failure"]]
-        print(f"{label} vs {setting}: {summary} over {count} victims"
+        print(f"{label} ({attacker}) vs {setting}: {summary} over {count} victims"
               + (f"; {len(failed)} failed ({'; '.join(failed)})" if failed else ""),
               file=sys.stderr)
     write_json(out / "metrics.json", {
@@ -559,6 +585,8 @@ def outputs(config: dict, results: Path) -> dict[str, list[Path]]:
                                for seed in config["attack"]["seeds"]]
         for artifact in needed:  # the priors: of gan.dataset or of an attack's prior_dataset
             kind, of = artifact_parts(artifact)
+            if config["gan"]["kind"] != "dcgan":  # pretrained (gan.weights): nothing to train
+                continue
             if kind == "gan":
                 out["gan"] += artifact_files(job, artifact)
             if kind in ("gan", "untrained_gan"):
@@ -600,6 +628,8 @@ def tables(config: dict) -> list[str]:
     names = ["utility", "privacy", "tradeoff", "timing"]
     if not config["targets"] and plan.attack_jobs(config):
         names.append("censor_table")
+        if set(config["defenses"]) - {NONE.defense}:  # every defense at matched utility
+            names.append("matched_utility")
     if any(job_needs_evalnet(config, case, s) for case, s in plan.jobs(config)):
         names.append("evalnet_monotonicity")
     if plan.attribute_jobs(config):
@@ -616,6 +646,7 @@ def figures(config: dict) -> list[str]:
             + [f"tradeoff_{m}" for m in ("psnr", "ssim", "lpips", "stlpips", "noise_ratio")
                if labels]
             + (["censor_tradeoff"] if "censor_table" in tables(config) else [])
+            + (["matched_utility"] if "matched_utility" in tables(config) else [])
             + (["evalnet_monotonicity"] if "evalnet_monotonicity" in tables(config) else [])
             + (["attribute_tradeoff"] if "attribute" in tables(config) else []))
 
@@ -669,7 +700,8 @@ def substitutions(config: dict) -> list[str]:
     gan = config["gan"]
     priors = sorted({of or gan["dataset"] for label in config["attacks"]
                      for kind, of in map(artifact_parts, attacks.needs(
-                         *plan.attack_of(config, label)).values()) if kind == "gan"})
+                         *plan.attack_of(config, label)).values()) if kind == "gan"}
+                    ) if gan["kind"] == "dcgan" else []  # a pretrained prior stands in for none
     lines = []
     for name in sorted({case["dataset"] for case in config["cases"]} | set(priors)):
         kind = config["datasets"].get(name, {}).get("stand_in")
@@ -681,9 +713,10 @@ def substitutions(config: dict) -> list[str]:
                          f"{source}, not {name}'s images.")
     if priors:
         lines.append(f"Generative priors: DCGANs ({gan['latent_dim']}-d latent, width "
-                     f"{gan['width']}, 32x32, resized to the model's input) trained in the "
-                     f"pipeline on the public split of {', '.join(priors)}, in place of the "
-                     f"papers' pretrained StyleGAN2/BigGAN.")
+                     f"{gan['width']}, {gan['resolution']}x{gan['resolution']}, resized to "
+                     f"the model's input) trained in the pipeline on the {gan['split']} split "
+                     f"of {', '.join(priors)}, in place of the papers' pretrained "
+                     f"StyleGAN2/BigGAN.")
     return lines
 
 
@@ -695,7 +728,8 @@ def aggregate(config: dict, results: Path) -> None:
     evalnet_json = [p.with_suffix(".json") for p in wanted["evalnet"]]
     names = tables(config)
     tables_ = report.write_tables(wanted["fl"], wanted["attacks"], evalnet_json,
-                                  results / "tables", [n for n in names if "attribute" not in n])
+                                  results / "tables", [n for n in names if "attribute" not in n],
+                                  stronger=report.defense_directions(config))
     if "attribute" in names:
         tables_.update(report.write_attribute_tables(wanted["attribute"], results / "tables"))
     figures_ = report.write_figures(tables_, wanted["attacks"], results / "figures",

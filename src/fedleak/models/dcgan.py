@@ -1,7 +1,13 @@
-"""DCGAN generator and discriminator (Radford et al., 2016) for 32x32 images.
+"""DCGAN generator and discriminator (Radford et al., 2016) for 32x32 or 64x64 images.
 
 The generator maps z ~ N(0, I) of size ``latent_dim`` (100, as in GIAS) to an
-image in [-1, 1] (tanh); attacks map it to [0, 1] by (x + 1) / 2.
+image in [-1, 1] (tanh); attacks map it to [0, 1] by (x + 1) / 2. At 64x64 it is the
+paper's architecture (§3-4, Fig. 1): a 4x4 projection to 8 x ``width`` channels, then
+fractionally strided 4x4 convolutions halving the channels and doubling the size (8, 16,
+32) to the image, batch norm and ReLU between, tanh at the output; the discriminator
+mirrors it with strided convolutions and leaky ReLU (0.2), no batch norm on its first
+layer. At 32x32 (``resolution`` 32, the default) the first upsampling block is dropped
+(a projection to 4 x ``width`` channels), as in GIAS's CIFAR-10 DCGAN.
 """
 
 from __future__ import annotations
@@ -9,36 +15,49 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+RESOLUTIONS = (32, 64)
+
+
+def _multiplier(resolution: int) -> int:
+    """The channel multiple of ``width`` after the 4x4 projection: 4 at 32x32, 8 at 64x64."""
+    if resolution not in RESOLUTIONS:
+        raise ValueError(f"DCGAN resolution must be one of {RESOLUTIONS}, got {resolution!r}")
+    return resolution // 8
+
 
 class Generator(nn.Module):
-    def __init__(self, latent_dim: int = 100, channels: int = 3, width: int = 64) -> None:
+    def __init__(self, latent_dim: int = 100, channels: int = 3, width: int = 64,
+                 resolution: int = 32) -> None:
         super().__init__()
-        self.latent_dim = latent_dim
-        self.net = nn.Sequential(
-            nn.ConvTranspose2d(latent_dim, width * 4, 4, 1, 0, bias=False),
-            nn.BatchNorm2d(width * 4), nn.ReLU(True),
-            nn.ConvTranspose2d(width * 4, width * 2, 4, 2, 1, bias=False),
-            nn.BatchNorm2d(width * 2), nn.ReLU(True),
-            nn.ConvTranspose2d(width * 2, width, 4, 2, 1, bias=False),
-            nn.BatchNorm2d(width), nn.ReLU(True),
-            nn.ConvTranspose2d(width, channels, 4, 2, 1, bias=False), nn.Tanh(),
-        )
+        self.latent_dim, self.resolution = latent_dim, resolution
+        mult = _multiplier(resolution)
+        layers: list[nn.Module] = [nn.ConvTranspose2d(latent_dim, width * mult, 4, 1, 0,
+                                                      bias=False),
+                                   nn.BatchNorm2d(width * mult), nn.ReLU(True)]
+        while mult > 1:
+            layers += [nn.ConvTranspose2d(width * mult, width * mult // 2, 4, 2, 1, bias=False),
+                       nn.BatchNorm2d(width * mult // 2), nn.ReLU(True)]
+            mult //= 2
+        layers += [nn.ConvTranspose2d(width, channels, 4, 2, 1, bias=False), nn.Tanh()]
+        self.net = nn.Sequential(*layers)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.net(z.view(z.shape[0], self.latent_dim, 1, 1))
 
 
 class Discriminator(nn.Module):
-    def __init__(self, channels: int = 3, width: int = 64) -> None:
+    def __init__(self, channels: int = 3, width: int = 64, resolution: int = 32) -> None:
         super().__init__()
-        self.net = nn.Sequential(
-            nn.Conv2d(channels, width, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, True),
-            nn.Conv2d(width, width * 2, 4, 2, 1, bias=False),
-            nn.BatchNorm2d(width * 2), nn.LeakyReLU(0.2, True),
-            nn.Conv2d(width * 2, width * 4, 4, 2, 1, bias=False),
-            nn.BatchNorm2d(width * 4), nn.LeakyReLU(0.2, True),
-            nn.Conv2d(width * 4, 1, 4, 1, 0, bias=False),
-        )
+        top = _multiplier(resolution)
+        layers: list[nn.Module] = [nn.Conv2d(channels, width, 4, 2, 1, bias=False),
+                                   nn.LeakyReLU(0.2, True)]
+        mult = 1
+        while mult < top:
+            layers += [nn.Conv2d(width * mult, width * mult * 2, 4, 2, 1, bias=False),
+                       nn.BatchNorm2d(width * mult * 2), nn.LeakyReLU(0.2, True)]
+            mult *= 2
+        layers.append(nn.Conv2d(width * top, 1, 4, 1, 0, bias=False))
+        self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x).view(-1)
@@ -53,12 +72,13 @@ def init_weights(module: nn.Module) -> None:
         nn.init.zeros_(module.bias)
 
 
-def untrained_generator(latent_dim: int, channels: int, width: int, seed: int) -> Generator:
+def untrained_generator(latent_dim: int, channels: int, width: int, seed: int,
+                        resolution: int = 32) -> Generator:
     """A generator of the prior's architecture with DCGAN's initial weights drawn from
     ``seed``, not trained (GIAS Table 1's GI-w "untrained"), in eval mode."""
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        net = Generator(latent_dim, channels, width)
+        net = Generator(latent_dim, channels, width, resolution)
         net.apply(init_weights)
     return net.eval()
 
@@ -69,7 +89,8 @@ def train_dcgan(images: torch.Tensor, *, epochs: int, batch_size: int, lr: float
     """Non-saturating GAN training (Goodfellow et al., 2014) with DCGAN's Adam (beta1 = 0.5);
     DCGAN's lr 2e-4, 25 epochs and batch 64 are the schema's defaults (``gan:``).
 
-    ``images`` are in [0, 1]; they are mapped to [-1, 1] for the tanh generator. Both
+    ``images`` are in [0, 1], 32x32 or 64x64 (the networks' resolution); they are mapped
+    to [-1, 1] for the tanh generator. Both
     networks train on ``images``' device (initialised on the CPU, the same weights on every
     device), the shuffles and latent codes drawn there.
     Returns the generator (eval mode) and the mean losses per epoch.
@@ -79,8 +100,8 @@ def train_dcgan(images: torch.Tensor, *, epochs: int, batch_size: int, lr: float
     device = images.device
     rng = torch.Generator(device=device).manual_seed(seed)
     torch.manual_seed(seed)
-    g_net = Generator(latent_dim, images.shape[1], width)
-    d_net = Discriminator(images.shape[1], width)
+    g_net = Generator(latent_dim, images.shape[1], width, images.shape[-1])
+    d_net = Discriminator(images.shape[1], width, images.shape[-1])
     g_net.apply(init_weights)
     d_net.apply(init_weights)
     g_net, d_net = g_net.to(device), d_net.to(device)
@@ -117,7 +138,8 @@ def load_generator(path, step: int | None = None) -> Generator:
 
     saved = load_torch(path)
     try:
-        net = Generator(saved["latent_dim"], saved["channels"], saved["width"])
+        net = Generator(saved["latent_dim"], saved["channels"], saved["width"],
+                        saved.get("resolution", 32))
         state = saved["generator"]
     except (KeyError, TypeError, IndexError, ValueError) as err:
         raise ArtifactError(f"{path} is not a saved generator (expected a dict of generator, "

@@ -5,6 +5,8 @@ their weights as a ``torch.save`` of a state dict (StyleGAN2: inside a dict unde
 fedleak's modules use the same parameter and buffer names, so the file loads key for key,
 read with ``weights_only=True`` (``fedleak.utils.io.load_torch``); a file that does not fit
 is refused naming the file and the first missing, unexpected or mis-shaped key.
+``architecture`` reads the configuration's ``gan:`` into a generator's constructor
+arguments.
 """
 
 from __future__ import annotations
@@ -48,3 +50,24 @@ def load_port_state(module: nn.Module, path: str | os.PathLike, what: str,
                                 f"{REMEDY}")
     module.load_state_dict(state)
     return module.eval()
+
+
+def architecture(gan: dict) -> tuple[type[nn.Module], dict]:
+    """The pretrained kind's generator class and its constructor arguments, from the
+    configuration's ``gan:`` (``gan.kind`` stylegan2 or biggan, ``gan.resolution`` and the
+    kind's section; widths listed per resolution 4, 8, ...)."""
+    from fedleak.models.biggan import BigGANGenerator
+    from fedleak.models.stylegan2 import StyleGAN2Generator
+
+    kind, spec = gan["kind"], gan[gan["kind"]]
+    widths = spec["widths"]
+    if kind == "stylegan2":
+        return StyleGAN2Generator, {
+            "resolution": gan["resolution"], "latent_dim": spec["latent_dim"],
+            "n_mlp": spec["n_mlp"], "channel_multiplier": spec["channel_multiplier"],
+            "widths": None if widths is None else {4 * 2 ** i: w for i, w in enumerate(widths)}}
+    return BigGANGenerator, {
+        "resolution": gan["resolution"], "latent_dim": spec["latent_dim"],
+        "channel_width": spec["channel_width"], "num_classes": spec["num_classes"],
+        "widths": None if widths is None else tuple(widths),
+        "attention_resolution": spec["attention_resolution"], "truncation": spec["truncation"]}

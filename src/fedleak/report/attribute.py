@@ -1,20 +1,23 @@
 """RecUP-FL's attribute-inference results as tables and the privacy-utility figure.
 
-- ``attribute.csv``: one row per (case, defense, strength, adversary, attribute, round,
-  seed): ASR, chance, learning loss (the FL run's final test loss) and accuracy (the
-  defense's time per upload stays in the job's metrics.json: tables are byte-identical
-  from run to run, timings are not).
+- ``attribute.csv``: one row per (case, defense, strength, adversary, attacker, attribute,
+  round, seed), ``attacker`` being ``paper`` (the adversary learnt from clean gradients,
+  §5.4) or ``adaptive`` (it learnt from the setting's defended uploads, issue 33): ASR,
+  chance, learning loss (the FL run's final test loss) and accuracy (the defense's time
+  per upload stays in the job's metrics.json: tables are byte-identical from run to run,
+  timings are not).
 - ``attribute_gap.csv``: RecUP-FL against the best baseline at matched learning loss
   (Cui et al. §6.1-6.2): at each RecUP-FL setting's learning loss, every other defense's
   ASR interpolated linearly on its own (learning loss, ASR) curve, which starts from the
   undefended run, where that curve spans the loss; ``gap`` = RecUP-FL's ASR minus the
-  lowest of them (negative: RecUP-FL wins).
+  lowest of them (negative: RecUP-FL wins); per attacker (both sides the same one).
 - ``attribute_tradeoff.png``: ASR against learning loss (log), one curve per defense, one
-  panel per adversary x round (Fig. 2/10/11).
+  panel per adversary x round (Fig. 2/10/11); the adaptive attacker's curves dashed.
 """
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -25,10 +28,11 @@ from matplotlib.lines import Line2D
 
 from fedleak.report.style import case_text, finish, label_points, log_axis, series_styles
 from fedleak.report.tables import load_record, require, write_csv
+from fedleak.types import PAPER
 
-ATTRIBUTE_COLUMNS = ["case", "defense", "strength", "adversary", "attribute", "round", "seed",
-                     "asr", "chance", "learning_loss", "accuracy"]
-ATTRIBUTE_KEYS = ["case", "adversary", "attribute", "round"]
+ATTRIBUTE_COLUMNS = ["case", "defense", "strength", "adversary", "attacker", "attribute",
+                     "round", "seed", "asr", "chance", "learning_loss", "accuracy"]
+ATTRIBUTE_KEYS = ["case", "adversary", "attacker", "attribute", "round"]
 GAP_COLUMNS = [*ATTRIBUTE_KEYS, "strength", "learning_loss", "asr", "baseline",
                "baseline_asr", "gap"]
 DEFENDED = "recupfl"
@@ -46,10 +50,12 @@ def attribute_table(files: list[Path]) -> pd.DataFrame:
             rows.append({**{k: job[k] for k in ("case", "defense", "strength", "seed",
                                                 "learning_loss", "accuracy")},
                          **{k: row[k] for k in ("adversary", "attribute", "round", "asr",
-                                                "chance")}})
+                                                "chance")},
+                         "attacker": row.get("attacker", PAPER)})
     df = pd.DataFrame.from_records(rows, columns=ATTRIBUTE_COLUMNS)
     df["strength"] = df["strength"].astype(float)
-    order = ["case", "defense", "strength", "adversary", "attribute", "round", "seed"]
+    order = ["case", "defense", "strength", "adversary", "attacker", "attribute", "round",
+             "seed"]
     return df.sort_values(order, kind="stable").reset_index(drop=True)
 
 
@@ -63,8 +69,9 @@ def _curve(points: pd.DataFrame, y: str = "asr", by: str = "strength"
 
 
 def attribute_gap(table: pd.DataFrame, defended: str = DEFENDED) -> pd.DataFrame:
-    """RecUP-FL's ASR beside the best other defense's at the same learning loss. Every
-    curve starts from the undefended run (strength 0 of any defense is no defense)."""
+    """RecUP-FL's ASR beside the best other defense's at the same learning loss, under the
+    same attacker. Every curve starts from the undefended run (strength 0 of any defense is
+    no defense)."""
     rows = []
     for keys, group in table.groupby(ATTRIBUTE_KEYS, sort=True):
         ours = group[group["defense"] == defended]
@@ -91,11 +98,15 @@ def attribute_tradeoff(table: pd.DataFrame, *, y: str = "asr", hue: str = "defen
     the undefended run's loss), one curve per ``hue`` value whose points are its ``by``
     values (mean over seeds; numeric ones label the points, but the undefended run's);
     panels: ``panels`` (columns) x round (rows); the dotted line is the panel's mean chance
-    (the majority class's share)."""
+    (the majority class's share). Where the table has both attackers, the paper's curves
+    are solid and the adaptive attacker's dashed with hollow markers, in the same colour,
+    the legend naming both line kinds; its points keep the paper's curve's labels."""
     columns = sorted(table[panels].unique(), key=str)
     rounds = sorted(table["round"].unique())
     curves = sorted(table[hue].unique(), key=str)
     styles = series_styles(curves)
+    attackers = table["attacker"] if "attacker" in table else pd.Series(PAPER, table.index)
+    both = attackers.nunique() > 1
     fig, axes = plt.subplots(max(1, len(rounds)), max(1, len(columns)), squeeze=False,
                              sharex=True, sharey=True, layout="constrained",
                              figsize=(3.4 * len(columns) + 2.0, 3.0 * max(1, len(rounds))))
@@ -104,13 +115,18 @@ def attribute_tradeoff(table: pd.DataFrame, *, y: str = "asr", hue: str = "defen
         ax = axes[r][c]
         panel = table[(table[panels] == column) & (table["round"] == round_)]
         labels = []
-        for value in curves:
-            points = panel[panel[hue] == value]
+        kind = attackers.loc[panel.index]
+        for value, attacker in itertools.product(curves, sorted(kind.unique())):
+            points = panel[(panel[hue] == value) & (kind == attacker)]
             if points.empty:
                 continue
             x, v, names = _curve(points, y, by)
-            ax.plot(x, v, **styles[value], ms=9 if value == "none" else 4, label=str(value))
-            if pd.api.types.is_numeric_dtype(points[by]) and value != "none":
+            style, paper = dict(styles[value]), attacker == PAPER or not both
+            if both:
+                style.update(linestyle="-" if paper else "--", mfc=None if paper else "none")
+            ax.plot(x, v, **style, ms=9 if value == "none" else 4,
+                    label=str(value) if paper else f"_{value} ({attacker})")
+            if pd.api.types.is_numeric_dtype(points[by]) and value != "none" and paper:
                 labels.append((x, v, [f"{n:g}" for n in names], styles[value]["color"]))
         label_points(ax, labels)
         ax.axhline(panel["chance"].mean(), color="grey", linestyle=":", linewidth=1)
@@ -124,7 +140,12 @@ def attribute_tradeoff(table: pd.DataFrame, *, y: str = "asr", hue: str = "defen
     elif (table["learning_loss"] > 0).all():
         log_axis(axes[0][0], "x")
     chance = Line2D([], [], color="grey", linestyle=":", linewidth=1, label="chance")
-    return finish(fig, f"{title} {case_text(table['case'])}".strip(), hue, extra=[chance])
+    kinds = [Line2D([], [], color="grey", marker="o", linestyle="-",
+                    label="paper's adversary (clean gradients)"),
+             Line2D([], [], color="grey", marker="o", mfc="none", linestyle="--",
+                    label="adaptive adversary (defended uploads)")] if both else []
+    return finish(fig, f"{title} {case_text(table['case'])}".strip(), hue,
+                  extra=[*kinds, chance])
 
 
 def write_attribute_tables(files: list[Path], out_dir: Path) -> dict[str, pd.DataFrame]:

@@ -1,5 +1,5 @@
 """Deterministic figures: PMM vs PSNR trade-off, CENSOR utility vs privacy, reconstruction
-grids, evalnet monotonicity."""
+grids, evalnet monotonicity, the matched-utility heat map."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from fedleak.report.attribute import attribute_tradeoff  # noqa: E402
+from fedleak.report.matched_utility import heatmap as matched_heatmap  # noqa: E402
 from fedleak.report.style import (  # noqa: E402
     case_text,
     finish,
@@ -23,6 +24,7 @@ from fedleak.report.style import (  # noqa: E402
     series_styles,
 )
 from fedleak.report.tables import ATTACK_KEYS, is_ablation, load_record  # noqa: E402
+from fedleak.types import ADAPTIVE, PAPER  # noqa: E402
 from fedleak.utils.io import atomic_path  # noqa: E402
 
 DPI = 150
@@ -58,14 +60,22 @@ METRIC_LABELS = {
 def _pmm_panel(ax: plt.Axes, data: pd.DataFrame, styles: dict[str, dict], title: str,
                metric: str = "psnr") -> None:
     """One curve per defense through its strengths (labelled where they do not overlap),
-    the undefended run as a star."""
+    the undefended run as a star; the adaptive attacker's rows (``attacker``, issue 33),
+    where there are any, as a dashed curve with hollow markers beside each defense's."""
     data = data.dropna(subset=["pmm", metric]).sort_values(["defense", "strength"])
     ax.set(title=title, xlabel="PMM (%)", ylabel=METRIC_LABELS[metric])
     if data.empty:
         ax.text(0.5, 0.5, f"{metric} unavailable", transform=ax.transAxes, ha="center")
         return
+    adaptive = data[data["attacker"] == ADAPTIVE]
+    for defense, points in adaptive.groupby("defense", sort=True):
+        ax.plot(points["pmm"], points[metric], **{**styles[defense], "linestyle": "--"},
+                markersize=14 if defense == "none" else 5, markerfacecolor="none")
+    if not adaptive.empty:  # one legend entry for every dashed curve
+        ax.plot([], [], color="grey", linestyle="--", marker="o", markerfacecolor="none",
+                label="adaptive attacker")
     curves = []
-    for defense, points in data.groupby("defense", sort=True):
+    for defense, points in data[data["attacker"] == PAPER].groupby("defense", sort=True):
         style = styles[defense]
         if defense == "none":
             ax.plot(points["pmm"], points[metric], **style, markersize=14, label="none",
@@ -222,6 +232,8 @@ def write_figures(tables: dict[str, pd.DataFrame], attack_files: list[Path], out
             tables["evalnet_monotonicity"])
     if not tables.get("attribute", pd.DataFrame()).empty:
         makers["attribute_tradeoff"] = lambda: attribute_tradeoff(tables["attribute"])
+    if not tables.get("matched_utility", pd.DataFrame()).empty:
+        makers["matched_utility"] = lambda: matched_heatmap(tables["matched_utility"])
     names = list(makers) if names is None else names
     missing = sorted(set(names) - set(makers))
     if missing:

@@ -1,5 +1,6 @@
-"""The markdown report: each paper target first (figure, table, the paper's numbers beside
-ours), then a one-screen summary per defense setting; the full tables are the CSVs it links."""
+"""The markdown report: the privacy of every defense at matched utility first, then each
+paper target (figure, table, the paper's numbers beside ours), then a one-screen summary
+per defense setting; the full tables are the CSVs it links."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedleak.report.matched_utility import markdown_section
 from fedleak.report.targets import TargetResult
+from fedleak.types import PAPER
 from fedleak.utils.io import write_text
 
 
@@ -25,9 +28,11 @@ def setting_summary(tradeoff: pd.DataFrame) -> pd.DataFrame:
     """One row per (case, defense setting): PMM and each attack's mean PSNR."""
     if tradeoff.empty:
         return tradeoff
-    psnr = tradeoff.pivot_table(index=["case", "defense", "strength"], columns="attack",
-                                values="psnr")
-    psnr.columns = [f"{attack} PSNR" for attack in psnr.columns]
+    psnr = tradeoff.pivot_table(index=["case", "defense", "strength"],
+                                columns=["attack", "attacker"], values="psnr")
+    psnr = psnr[sorted(psnr.columns, key=lambda c: (c[0], c[1] != PAPER))]  # paper first
+    psnr.columns = [f"{attack} PSNR" if attacker == PAPER else f"{attack} ({attacker}) PSNR"
+                    for attack, attacker in psnr.columns]
     pmm = tradeoff.groupby(["case", "defense", "strength"])["pmm"].first().rename("PMM")
     return pd.concat([pmm, psnr], axis=1).reset_index()
 
@@ -45,9 +50,9 @@ def beside(comparison: pd.DataFrame) -> pd.DataFrame:
 
 
 def attribute_summary(attribute: pd.DataFrame) -> pd.DataFrame:
-    """One row per (case, defense, strength, attribute, round): learning loss, accuracy
-    and each adversary's ASR (mean over seeds), and the chance rate."""
-    keys = ["case", "defense", "strength", "attribute", "round"]
+    """One row per (case, defense, strength, attacker, attribute, round): learning loss,
+    accuracy and each adversary's ASR (mean over seeds), and the chance rate."""
+    keys = ["case", "defense", "strength", "attacker", "attribute", "round"]
     wide = attribute.pivot_table(index=keys, columns="adversary", values="asr")
     wide.columns = [f"asr_{a}" for a in wide.columns]
     fl = attribute.groupby(keys)[["learning_loss", "accuracy", "chance"]].mean()
@@ -88,6 +93,8 @@ def write_report(tables: dict[str, pd.DataFrame], figures: list[Path],
                 "undefended accuracy x 100 (Refiner §5.3)."]
     if substitutions:
         sections += ["## Stand-ins", "\n".join(f"- {line}" for line in substitutions)]
+    if "matched_utility" in tables:  # the one table people ask for first (issue 33)
+        sections += markdown_section(tables["matched_utility"])
     for target in targets:
         sections += _target_section(target, report_path)
     if not targets:
@@ -96,8 +103,8 @@ def write_report(tables: dict[str, pd.DataFrame], figures: list[Path],
     if "attribute" in tables and not tables["attribute"].empty:
         sections += ["## Attribute inference (RecUP-FL §5.4): ASR per adversary",
                      _markdown_table(attribute_summary(tables["attribute"])),
-                     "RecUP-FL against the best other defense at matched learning loss "
-                     "(`gap` < 0: RecUP-FL's ASR is lower):",
+                     "RecUP-FL against the best other defense at matched learning loss, "
+                     "under the same attacker (`gap` < 0: RecUP-FL's ASR is lower):",
                      _markdown_table(tables["attribute_gap"])]
     if "evalnet_monotonicity" in tables:
         sections += ["## Evaluation network monotonicity",

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from fedleak.metrics.utility import pmm
+from fedleak.types import PAPER
 from fedleak.utils.io import atomic_path
 
 IMAGE_METRICS = ["psnr", "ssim", "mse", "lpips", "stlpips", "noise_ratio"]
@@ -21,11 +22,12 @@ BEST_IN_BATCH = {"psnr": np.max, "ssim": np.max, "mse": np.min, "lpips": np.min,
 # weights, uploads or pixels); such NaNs are never averaged: means skip them, `failed` counts
 UTILITY_COLUMNS = ["case", "defense", "strength", "seed", "final_accuracy", "test_loss",
                    "fallback_rate", "pmm", "failure"]
+# `attacker`: `paper`, or `adaptive` (attack.adaptive: EOT through the defense, issue 33)
 PRIVACY_COLUMNS = [
-    "case", "defense", "strength", "attack", "seed", "victim", "label_correct",
+    "case", "defense", "strength", "attack", "attacker", "seed", "victim", "label_correct",
     *VICTIM_METRICS, "fallback", "stop_reason", "failure",
 ]
-TRADEOFF_KEYS = ["case", "defense", "strength", "attack"]
+TRADEOFF_KEYS = ["case", "defense", "strength", "attack", "attacker"]
 TRADEOFF_COLUMNS = [
     *TRADEOFF_KEYS, "accuracy", "pmm", *VICTIM_METRICS, "iterations_max", "iterations_min",
     "iterations_sd", "success_rate", "label_accuracy", "fallback_rate", "victims", "diverged",
@@ -112,6 +114,8 @@ def victim_rows(path: Path) -> list[dict]:
             rows.append({
                 **{k: job[k] for k in ("case", "setting", "defense", "strength", "seed")},
                 "attack": label, "final_loss": v.get("final_loss"),
+                # metrics written before issue 33 carry no attacker: the paper's attack
+                "attacker": v.get("attacker", PAPER),
                 **{k: v.get(k, np.nan) for k in ["victim", *VICTIM_METRICS, "wall_time",
                                                  "stop_reason"]},
                 "fallback": bool(v.get("fallback", False)), "failure": v.get("failure"),
@@ -185,7 +189,8 @@ def censor_table(tradeoff: pd.DataFrame, utility: pd.DataFrame) -> pd.DataFrame:
     """CENSOR Table I layout: one row per defense setting with its FL run's accuracy and
     fallback rate (the share of uploads that were the clean gradient), then MSE, LPIPS,
     PSNR and SSIM per attack."""
-    main = tradeoff[~tradeoff["defense"].map(is_ablation, na_action="ignore").astype(bool)]
+    main = tradeoff[~tradeoff["defense"].map(is_ablation, na_action="ignore").astype(bool)
+                    & (tradeoff["attacker"] == PAPER)]  # Table I: the paper's attacks
     keys = ["case", "defense", "strength"]
     if main.empty:
         return pd.DataFrame(columns=[*keys, "accuracy", "fallback_rate"])
@@ -206,14 +211,19 @@ def is_ablation(defense: str) -> bool:
 
 
 def write_tables(fl_files: list[Path], attack_files: list[Path], evalnet_files: list[Path],
-                 out_dir: Path, names: list[str] | None = None) -> dict[str, pd.DataFrame]:
+                 out_dir: Path, names: list[str] | None = None,
+                 stronger: dict[str, str] | None = None) -> dict[str, pd.DataFrame]:
     """Build the tables ``names`` (default: all), write them as ``<out_dir>/<name>.csv`` and
-    return every table built, by name."""
+    return every table built, by name. ``stronger``: each defense label's direction
+    (``matched_utility.defense_directions``) for the matched-utility curves."""
+    from fedleak.report.matched_utility import matched_utility  # it imports this module
+
     utility = utility_table(fl_files)
     privacy = privacy_table(attack_files)
     tradeoff = tradeoff_table(utility, privacy)
     tables = {"utility": utility, "privacy": privacy[PRIVACY_COLUMNS], "tradeoff": tradeoff,
               "timing": timing_table(privacy), "censor_table": censor_table(tradeoff, utility),
+              "matched_utility": matched_utility(tradeoff, stronger),
               "evalnet_monotonicity": evalnet_table(evalnet_files)}
     names = list(tables) if names is None else names
     for name in names:

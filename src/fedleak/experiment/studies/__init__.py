@@ -34,6 +34,10 @@ class Study:
     datasets: Callable[[dict], list[str]]   # the prepared datasets it reads, from its params
     # the datasets whose evaluation network (rule train_evalnet) it loads, from its params
     evalnets: Callable[[dict], list[str]] = lambda params: []
+    # where it runs: None on the CPU (no model on a device), "runs" on the configuration's
+    # device (utils.device.select), "times" on it and its numbers are that device's seconds;
+    # cluster.gpu_job asks SLURM for a GPU from it
+    device: str | None = None
 
 
 STUDIES: dict[str, Study] = {}
@@ -46,9 +50,14 @@ def _named_datasets(params: dict) -> list[str]:
 
 
 def register(kind: str, datasets: Callable[[dict], list[str]] = _named_datasets,
-             evalnets: Callable[[dict], list[str]] = lambda params: []):
+             evalnets: Callable[[dict], list[str]] = lambda params: [],
+             device: str | None = None):
+    if device not in (None, "runs", "times"):
+        raise ValueError(f"study {kind!r}: device must be None, 'runs' or 'times', got "
+                         f"{device!r}")
+
     def wrap(function: Callable[[dict, Path, dict], StudyResult]):
-        STUDIES[kind] = Study(function, datasets, evalnets)
+        STUDIES[kind] = Study(function, datasets, evalnets, device)
         return function
     return wrap
 

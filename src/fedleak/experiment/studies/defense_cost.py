@@ -127,7 +127,7 @@ def build_defense(config: dict, params: dict, label: str, device: torch.device
             attributes)
 
 
-@register("defense_cost", datasets=lambda params: [])
+@register("defense_cost", datasets=lambda params: [], device="times")
 def defense_cost(config: dict, results: Path, params: dict) -> StudyResult:
     device = select(config["device"])
     seed_everything(params["seed"], config["threads"])

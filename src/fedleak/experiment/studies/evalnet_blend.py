@@ -63,7 +63,8 @@ def _shown(strip: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     return F.interpolate(strip, size=tuple(shape[1:]), mode="bilinear", align_corners=False)
 
 
-@register("evalnet_blend", evalnets=lambda params: list(params["datasets"]))
+@register("evalnet_blend", evalnets=lambda params: list(params["datasets"]),
+          device="runs")
 def evalnet_blend(config: dict, results: Path, params: dict) -> StudyResult:
     drawn = _drawn(results, params)
     device = select(config["device"])

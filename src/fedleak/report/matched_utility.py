@@ -1,0 +1,271 @@
+"""Which defense protects best at the same utility (issue 33): every defense's privacy
+against each attack at PMM 90, 95 and 99 % (Refiner §5.3's PMM = defended accuracy /
+undefended accuracy x 100, a percent as in ``utility.csv`` and ``tradeoff.csv``).
+
+**The curve.** For each case x attack x attacker (``paper``, or ``adaptive`` where the
+attack jobs' rows carry an ``attacker`` column; none: every row is the paper's) x defense
+label but ``none``, the points (PMM, mean PSNR, mean SSIM) of ``tradeoff.csv`` (means over
+victims and seeds), in strength order: first the undefended run (PMM 100 %, its PSNR), as
+``attribute_gap.csv``'s curves start from it, then the label's strengths weakest first (by
+its defense's ``stronger`` direction in the schema: fewer quantization bits and lower
+clipping bounds are stronger). The adaptive attacker against no defense is the paper's
+attack: where the adaptive rows have no undefended run, the paper's one starts the curve.
+Points whose PMM or PSNR is missing (a failed run) are left out; ablation settings
+(``refiner~beta=0.5``) are not curves of the sweep and are left out too.
+
+**Interpolation.** PMM need not fall monotonically with strength (a weak DP setting may
+train a little better than no defense), so the curve is a polyline walked in strength
+order, not a function of PMM: the target PMM p is met on the *first* segment, weakest
+first, whose end points' PMMs bracket p (ends included), and the PSNR and SSIM there are
+interpolated linearly in PMM on that segment (a segment of one PMM equal to p gives its
+first end's values). This is the privacy of the mildest setting, between two measured
+ones, that costs that much utility. ``strength_interval`` names the segment's ends (``none``:
+the undefended run; one strength where p is a measured point's PMM): ``none..s`` with a
+weakest setting s far below p (CENSOR's cliff to PMM ~10-55 % here) is a value between no
+defense and s, not a measured setting of that utility.
+
+**Never reached.** p is reached exactly when it lies within [lowest PMM, highest PMM] of
+the curve, the undefended 100 % included (a continuous polyline crosses every PMM in that
+range): below the range none of the defense's strengths costs that much utility (its
+strongest setting still keeps more, e.g. clipping, whose PMM stays at or above 100 % here);
+above it (p > 100 with every setting below) none keeps that much. Then ``reached`` is
+false and ``psnr``, ``ssim`` and ``strength_interval`` are empty: no extrapolation.
+
+**Best.** Per (case, attack, attacker, pmm), ``best`` is true for exactly one defense, the
+reached one with the lowest interpolated PSNR (ties: the first by name), false elsewhere
+(all false where none reaches p).
+
+Written as ``results/tables/matched_utility.csv``, first in ``report.md`` (one table per
+attack and attacker, defenses as rows, PMM 90/95/99 % as columns) and as the heat map
+``results/figures/matched_utility.png``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
+
+from fedleak import config as cfg  # noqa: E402
+from fedleak.report.style import case_text, finish  # noqa: E402
+from fedleak.report.tables import is_ablation  # noqa: E402
+from fedleak.types import PAPER  # noqa: E402
+
+PMM_LEVELS = (90, 95, 99)
+GROUP_KEYS = ["case", "attack", "attacker"]
+MATCHED_COLUMNS = [*GROUP_KEYS, "pmm", "defense", "psnr", "best", "reached", "ssim",
+                   "strength_interval"]
+NEVER = "—"  # a cell of a defense that never reaches the column's PMM
+
+
+def with_attacker(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with an ``attacker`` column: rows without one are the paper's attack."""
+    return frame if "attacker" in frame else frame.assign(attacker=PAPER)
+
+
+def defense_directions(config: dict) -> dict[str, str]:
+    """Each configured defense label's ``stronger`` direction (``higher``/``lower``), from
+    the schema entry of the defense it runs."""
+    return {label: cfg.stronger(cfg.registered_name(config, "defenses", label))
+            for label in config["defenses"]}
+
+
+def _direction(label: str, stronger: Mapping[str, str] | None) -> str:
+    if stronger is not None and label in stronger:
+        return stronger[label]
+    name = str(label).split("~")[0]
+    return cfg.stronger(name) if name in cfg.schema()["definitions"]["defenses"] else "higher"
+
+
+def curve(undefended: pd.DataFrame, points: pd.DataFrame, direction: str = "higher"
+          ) -> pd.DataFrame:
+    """The (name, pmm, psnr, ssim) points of one defense label in strength order: the
+    undefended run (name ``none``) first, then the label's strengths weakest first (a
+    ``higher`` direction: ascending), points with a missing PMM or PSNR left out."""
+    start = undefended.assign(name="none")
+    steps = points.sort_values("strength", ascending=direction == "higher", kind="stable")
+    steps = steps.assign(name=[f"{s:g}" for s in steps["strength"]])
+    ordered = pd.concat([start, steps], ignore_index=True)[["name", "pmm", "psnr", "ssim"]]
+    return ordered.dropna(subset=["pmm", "psnr"]).reset_index(drop=True)
+
+
+def crossing(pmm: np.ndarray, target: float) -> tuple[int, float] | None:
+    """Where a polyline of PMMs (in strength order) first meets ``target``: (segment i,
+    fraction t along it from point i to i + 1); None where ``target`` is outside the
+    PMMs' range. A one-point curve meets only its own PMM (0, 0.0)."""
+    pmm = np.asarray(pmm, dtype=float)
+    if len(pmm) == 1 and pmm[0] == target:
+        return 0, 0.0
+    for i in range(len(pmm) - 1):
+        a, b = pmm[i], pmm[i + 1]
+        if min(a, b) <= target <= max(a, b):
+            return i, 0.0 if a == b else (target - a) / (b - a)
+    return None
+
+
+def _at(values: np.ndarray, i: int, t: float) -> float:
+    """The linear interpolation of ``values`` at fraction ``t`` of segment ``i``."""
+    return float(values[i]) if t == 0.0 else float(values[i] + t * (values[i + 1] - values[i]))
+
+
+def matched_point(points: pd.DataFrame, target: float) -> dict:
+    """``reached``, ``psnr``, ``ssim`` and ``strength_interval`` of a :func:`curve` at PMM
+    ``target``."""
+    hit = crossing(points["pmm"].to_numpy(), target)
+    if hit is None:
+        return {"reached": False, "psnr": np.nan, "ssim": np.nan, "strength_interval": None}
+    i, t = hit
+    names = points["name"].tolist()
+    interval = names[i] if t == 0.0 else names[i + 1] if t == 1.0 else f"{names[i]}..{names[i + 1]}"
+    return {"reached": True, "psnr": _at(points["psnr"].to_numpy(float), i, t),
+            "ssim": _at(points["ssim"].to_numpy(float), i, t), "strength_interval": interval}
+
+
+def _undefended(group: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
+    """The undefended run of a (case, attack, attacker) group, or the paper attacker's."""
+    own = group[group["defense"] == "none"]
+    return own if not own.empty else paper[paper["defense"] == "none"]
+
+
+def mark_best(table: pd.DataFrame) -> pd.Series:
+    """True for the reached defense with the lowest PSNR per (case, attack, attacker, pmm),
+    ties to the first by name; rows must be sorted by defense within each group."""
+    best = pd.Series(False, index=table.index)
+    reached = table[table["reached"]]
+    if not reached.empty:
+        best[reached.groupby([*GROUP_KEYS, "pmm"], sort=False)["psnr"].idxmin()] = True
+    return best
+
+
+def matched_utility(tradeoff: pd.DataFrame, stronger: Mapping[str, str] | None = None,
+                    levels: tuple[int, ...] = PMM_LEVELS) -> pd.DataFrame:
+    """One row per (case, attack, attacker, pmm level, defense label but ``none``): the
+    label's PSNR and SSIM at that PMM on its curve, whether it reaches it and whether it is
+    the best there (see the module docstring). ``stronger``: label -> ``higher``/``lower``
+    (default: the schema's direction of a label named after its defense)."""
+    table = with_attacker(tradeoff)
+    table = table[~table["defense"].map(is_ablation).astype(bool)]
+    rows = []
+    for keys, group in table.groupby(GROUP_KEYS, sort=True):
+        case, attack, _ = keys
+        paper = table[(table["case"] == case) & (table["attack"] == attack)
+                      & (table["attacker"] == PAPER)]
+        start = _undefended(group, paper)
+        for label, points in group[group["defense"] != "none"].groupby("defense", sort=True):
+            line = curve(start, points, _direction(label, stronger))
+            rows += [{**dict(zip(GROUP_KEYS, keys)), "pmm": level, "defense": label,
+                      **matched_point(line, level)} for level in levels]
+    df = pd.DataFrame.from_records(rows, columns=[c for c in MATCHED_COLUMNS if c != "best"])
+    df = df.sort_values([*GROUP_KEYS, "pmm", "defense"], kind="stable").reset_index(drop=True)
+    df["reached"] = df["reached"].astype(bool)
+    df["best"] = mark_best(df)
+    return df[MATCHED_COLUMNS]
+
+
+def _attacker_order(attacker: str) -> tuple:
+    return (attacker != PAPER, str(attacker))
+
+
+def _columns(table: pd.DataFrame) -> list[tuple]:
+    """(attack, attacker, pmm) in order: by attack, the paper's attacker first, by PMM."""
+    keys = table[["attack", "attacker", "pmm"]].drop_duplicates().itertuples(index=False)
+    return sorted(keys, key=lambda k: (str(k[0]), _attacker_order(k[1]), k[2]))
+
+
+def _cell(row) -> str:
+    if not row.reached:
+        return NEVER
+    return f"**{row.psnr:.1f}**" if row.best else f"{row.psnr:.1f}"
+
+
+def markdown_section(table: pd.DataFrame) -> list[str]:
+    """The report's matched-utility section: one table per (case,) attack and attacker,
+    defenses as rows, PMM 90/95/99 % as columns, the best in bold, never reached as —."""
+    if table.empty:
+        return []
+    several = table["case"].nunique() > 1
+    lines = ["## Privacy at matched utility",
+             "Mean PSNR (dB; lower is more private) of each attack's reconstructions under "
+             "each defense at the same utility, PMM 90, 95 and 99 %: interpolated linearly on "
+             "the defense's (PMM, PSNR) curve, which starts from the undefended run and goes "
+             "through its strengths weakest first (the first crossing). **Bold**: the best "
+             f"defense of the column. {NEVER}: the defense never reaches that PMM (no strength "
+             "brings the accuracy down that far). "
+             "[matched_utility.csv](tables/matched_utility.csv) has the bracketing strengths "
+             "and SSIM."]
+    groups = sorted(table.groupby(GROUP_KEYS, sort=False),
+                    key=lambda kv: (kv[0][0], kv[0][1], _attacker_order(kv[0][2])))
+    for (case, attack, attacker), part in groups:
+        wide = part.assign(cell=[_cell(r) for r in part.itertuples()]).pivot(
+            index="defense", columns="pmm", values="cell")
+        wide = wide.reindex(sorted(wide.index, key=str)).reindex(
+            columns=sorted(wide.columns))
+        wide.columns = [f"PMM {p:g} %" for p in wide.columns]
+        title = f"**{attack}**, {attacker} attacker" + (f" ({case})" if several else "")
+        lines += [title, wide.reset_index().to_markdown(index=False)]
+    return lines
+
+
+def heatmap(table: pd.DataFrame) -> Figure:
+    """Rows: defense labels; columns: attack x attacker x PMM; cell: the interpolated mean
+    PSNR, annotated; the best of each column outlined, never-reached cells hatched grey.
+    One panel per case."""
+    cases = sorted(table["case"].unique(), key=str) or [""]
+    columns = _columns(table)
+    defenses = sorted(table["defense"].unique(), key=str)
+    finite = table["psnr"].dropna()
+    vmin, vmax = (finite.min(), finite.max()) if len(finite) else (0.0, 1.0)
+    fig, axes = plt.subplots(len(cases), 1, squeeze=False, layout="constrained",
+                             figsize=(0.42 * max(1, len(columns)) + 4.5,
+                                      (0.32 * max(1, len(defenses)) + 2.4) * len(cases)))
+    for ax, case in zip(axes[:, 0], cases, strict=True):
+        part = table[table["case"] == case].set_index(["defense", "attack", "attacker", "pmm"])
+        psnr = part["psnr"].unstack(["attack", "attacker", "pmm"]).reindex(
+            index=defenses, columns=pd.MultiIndex.from_tuples(columns)).astype(float)
+        best = part["best"].unstack(["attack", "attacker", "pmm"]).reindex(
+            index=defenses, columns=pd.MultiIndex.from_tuples(columns)).fillna(False)
+        ax.set_facecolor("#dddddd")
+        if psnr.size == 0:
+            continue
+        sns.heatmap(psnr.to_numpy(), ax=ax, mask=psnr.isna().to_numpy(), annot=True, fmt=".1f",
+                    annot_kws={"fontsize": 6}, cmap="mako", vmin=vmin, vmax=vmax,
+                    linewidths=0.5, linecolor="white", cbar=ax is axes[0, 0],
+                    cbar_kws={"label": "mean PSNR (dB), lower is more private"},
+                    xticklabels=[f"{p:g}" for *_, p in columns], yticklabels=defenses)
+        for i, j in zip(*np.nonzero(psnr.isna().to_numpy())):
+            ax.add_patch(Rectangle((j, i), 1, 1, fill=False, hatch="///", edgecolor="#999999",
+                                   linewidth=0))
+        for i, j in zip(*np.nonzero(best.to_numpy(dtype=bool))):
+            ax.add_patch(Rectangle((j, i), 1, 1, fill=False, edgecolor="#d55e00", linewidth=2))
+        groups = [(a, k) for a, k, _ in columns]
+        starts = [j for j in range(len(groups)) if j == 0 or groups[j] != groups[j - 1]]
+        for j in starts[1:]:
+            ax.axvline(j, color="white", linewidth=3)
+        ends = [*starts[1:], len(groups)]
+        top = ax.secondary_xaxis("top")
+        top.set_xticks([(s + e) / 2 for s, e in zip(starts, ends, strict=True)],
+                       labels=[f"{groups[s][0]}\n{groups[s][1]}" for s in starts],
+                       rotation=90, fontsize="x-small")
+        top.tick_params(length=0)
+        ax.set(xlabel="PMM (%)", ylabel="defense")
+        ax.tick_params(axis="x", labelsize="x-small", rotation=0)
+        ax.tick_params(axis="y", labelsize="small", rotation=0)
+        if len(cases) > 1:
+            ax.set_title(case, fontsize=9)
+    if table.empty:
+        axes[0, 0].text(0.5, 0.5, "no defense curves", ha="center", va="center",
+                        transform=axes[0, 0].transAxes)
+    legend = [Patch(facecolor="#dddddd", hatch="///", edgecolor="#999999",
+                    label="never reaches this PMM"),
+              Patch(fill=False, edgecolor="#d55e00", linewidth=2, label="best of the column")]
+    return finish(fig, "Mean PSNR at matched utility: each defense interpolated at PMM 90, 95 "
+                       f"and 99 % {case_text(table['case'])}".strip(), extra=legend)
