@@ -38,7 +38,7 @@ def tiny_config(device: str) -> dict:
                attacks={"dlg": {"iterations": 2},
                         "gias": {"variant": "z/w", "latent_iterations": 2,
                                  "parameter_iterations": 2, "restarts": 1}})
-    raw["attack"].update(metrics=["psnr", "mse"])
+    raw["attack"].update(metrics=["psnr", "mse"], adaptive=[])
     raw["attribute"].update(adversaries=["stru_nn"], defenses=["none"])
     return cfg.validate(raw)
 
