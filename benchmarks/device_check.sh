@@ -5,7 +5,10 @@
 #      the same device = the same weights, `device: cuda` refused without a GPU);
 #   2. the CUDA cases of tests/test_vectorised.py (every attack stacked and one at a time);
 #   3. benchmarks/fl_device.py: 200 rounds of LeNet FedAvg on random 3x32x32 data on the
-#      CPU and on CUDA, the seconds and the CPU / CUDA ratio.
+#      CPU and on CUDA, the seconds and the CPU / CUDA ratio;
+#   4. `fedleak estimate` of config/test.yaml and each paper configuration on this machine
+#      (estimate.csv: a column `config` before estimate's own; the calibration's cache,
+#      one JSON per device, in estimate_cache/).
 # Needs python3 with torch, torchvision, pandas, scipy, scikit-learn, scikit-image,
 # seaborn, pytest, tqdm and pyyaml; jsonschema and cma come from .whl/ when missing (no
 # network). Without a GPU the CUDA parts are skipped. The log (and fl_device.csv) go to
@@ -53,5 +56,21 @@ else
 fi
 step "FL on the CPU and on CUDA (benchmarks/fl_device.py)" 120 \
     python3 benchmarks/fl_device.py --rounds 200 --devices cpu auto --out "$out/fl_device.csv"
+estimates() {
+    for config in config/test.yaml config/paper/*.yaml; do
+        FEDLEAK_CACHE="$out/estimate_cache" python3 -m fedleak.cli estimate --config "$config" \
+            --format csv | sed "1s/^/config,/; 2,\$s|^|$config,|" > "$out/estimate.part" \
+            || return 1
+        header=1
+        [ -s "$out/estimate.csv" ] && header=2  # one header line, the first file's
+        tail -n +"$header" "$out/estimate.part" >> "$out/estimate.csv"
+    done
+    rm -f "$out/estimate.part"
+    cat "$out/estimate.csv"
+}
+rm -f "$out/estimate.csv"
+export out
+export -f estimates
+step "fedleak estimate of each configuration on this machine" 300 bash -c estimates
 echo "device_check: $failed step(s) failed; log in $out/device_check.log"
 exit "$failed"

@@ -251,6 +251,6 @@ def test_the_estimate_counts_the_adaptive_attacker():
 
     config = {"attacks": {"inverting_gradients": {"iterations": 10}}, "attack": {"victims": 3}}
     plain = estimate.attack_work(cfg.validate(config), ["inverting_gradients"])
-    assert plain == 30
+    assert plain == {"adam": 30}
     config["attack"].update(adaptive=["inverting_gradients"], adaptive_samples=2)
-    assert estimate.attack_work(cfg.validate(config), ["inverting_gradients"]) == 3 * plain
+    assert estimate.attack_work(cfg.validate(config), ["inverting_gradients"]) == {"adam": 90}

@@ -1,7 +1,8 @@
 """Every phase on the configured ``device`` (issue 32): FL runs (with Refiner's evaluation
 network and RecUP-FL's model zoo as defenses), the evaluation network, the GAN prior,
 GIML's meta-learning, the model zoo, the adversaries' fitting, attribute inference and the
-attacks, each on every device present (the CPU; CUDA where ``torch.cuda.is_available()``).
+attacks (the paper's and the adaptive attacker, EOT over RecUP-FL's draws too), each on
+every device present (the CPU; CUDA where ``torch.cuda.is_available()``).
 
 A global forward pre-hook records the device of every module call (its parameters,
 buffers and tensor inputs) while a phase runs; every ``.pt`` file the phase writes must
@@ -36,9 +37,11 @@ def tiny_config(device: str) -> dict:
     raw.update(device=device, defenses={k: raw["defenses"][k] for k in ("none", "refiner",
                                                                        "recupfl")},
                attacks={"dlg": {"iterations": 2},
+                        "inverting_gradients": {"iterations": 2, "restarts": 1},
                         "gias": {"variant": "z/w", "latent_iterations": 2,
                                  "parameter_iterations": 2, "restarts": 1}})
-    raw["attack"].update(metrics=["psnr", "mse"], adaptive=[])
+    raw["attack"].update(metrics=["psnr", "mse"], adaptive=["inverting_gradients"],
+                         adaptive_samples=2)
     raw["attribute"].update(adversaries=["stru_nn"], defenses=["none"])
     return cfg.validate(raw)
 
@@ -56,9 +59,11 @@ PHASES = {
     "fl_recupfl": lambda c, r: phases.run_fl(c, r, CASE, RECUPFL, 0),
     "attack": lambda c, r: phases.run_attacks(c, r, CASE, NONE, 0),
     "attack_refiner": lambda c, r: phases.run_attacks(c, r, CASE, REFINER, 0),
+    # the adaptive attacker's EOT draws of RecUP-FL's perturbation
+    "attack_recupfl": lambda c, r: phases.run_attacks(c, r, CASE, RECUPFL, 0),
 }
 # the phases whose outputs are metrics JSON and images only
-WRITE_NO_PT = {"attribute", "attack", "attack_refiner"}
+WRITE_NO_PT = {"attribute", "attack", "attack_refiner", "attack_recupfl"}
 
 
 def _devices_of(module: torch.nn.Module, args: tuple) -> set[str]:

@@ -128,9 +128,30 @@ def test_the_slurm_wall_time_counts_the_same_work(monkeypatch):
     monkeypatch.delenv("FEDLEAK_SLURM_RATE", raising=False)
     config = cfg.load(REPO / "config" / "paper" / "epafl.yaml")
     labels = tuple(config["attacks"])
-    work = estimate.attack_work(config, labels)
+    work = sum(estimate.attack_work(config, labels).values())
     assert cluster.attack_minutes(config, labels) == cluster.STARTUP_MINUTES + -(
         -2 * work // (cluster.rate() * 60))
+
+
+def test_an_lbfgs_attack_is_priced_per_lbfgs_iteration_as_the_engine_runs_it(tmp_path,
+                                                                             monkeypatch):
+    config, _ = configured(tmp_path)
+    found = estimate.jobs(config, tmp_path / "results")
+    work = Counter()
+    for job in found.values():
+        if job.rule == "attack":
+            work.update({unit.split(":")[0]: n for unit, n in job.work.items()})
+    by_optimizer = Counter()
+    for (_, setting), labels in plan.attack_jobs(config).items():
+        by_optimizer.update(estimate.attack_work(plan.resolve(config, setting), labels))
+    seeds = len(config["attack"]["seeds"])
+    assert work["lbfgs"] == seeds * by_optimizer["lbfgs"] > 0  # dlg, idlg
+    assert work["match"] == seeds * by_optimizer["adam"] > 0
+    monkeypatch.setenv("FEDLEAK_CACHE", str(tmp_path / "cache"))
+    unit, match = "lbfgs:lenet:1x8x8:10:True:b1", "match:lenet:1x8x8:10:True:b1"
+    rates = estimate.calibrate([unit, match], "cpu", threads=1)
+    # a line search of several evaluations and the loop's bookkeeping per iteration
+    assert rates[unit] > rates[match]
 
 
 def test_the_calibration_is_cached_per_machine_and_reused(tmp_path, monkeypatch):

@@ -34,6 +34,7 @@ class DLG(Attack):
     # LeNet, 1.51x and 1.48x on ResNet-10 of width 16 and 32, 1.10x on ResNet-18), so it
     # stacks on every model.
     forms_gradients = False
+    optimizer = "lbfgs"
 
     def __init__(self, *, iterations: int, lr: float, restarts: int, stopper: dict | None,
                  seed: int = 0) -> None:
@@ -43,4 +44,4 @@ class DLG(Attack):
     def stage(self, victims: Victims) -> Stage:
         return Stage("l2", self.lr, self.iterations, draw=image_and_label_start,
                      soft_labels=lambda variables: torch.softmax(variables[1], dim=-1),
-                     optimizer="lbfgs", stopper=self.stopper)
+                     optimizer=self.optimizer, stopper=self.stopper)

@@ -458,9 +458,11 @@ class Attack:
     (CMA-ES), ``records_snapshots = False`` when snapshots are not one stage's,
     ``sequences = True`` when its cost is its stages' on the victims' uploads alone (no
     reading of ``obs.gradient`` or ``obs.model`` of its own), so that on a sequence victim
-    (``gradient_sequence.ObservedSequence``) it sums over the uploads."""
+    (``gradient_sequence.ObservedSequence``) it sums over the uploads; ``optimizer`` its
+    stages' (what `fedleak estimate` prices an iteration as)."""
 
     restarts: int = 1
+    optimizer: str = "adam"
     seed: int = 0
     stopper: Stopper | None = None
     forms_gradients: bool = False

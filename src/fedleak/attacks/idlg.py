@@ -19,4 +19,4 @@ class IDLG(DLG):
 
     def stage(self, victims: Victims) -> Stage:
         return Stage("l2", self.lr, self.iterations, draw=image_start, labels=idlg_label,
-                     optimizer="lbfgs", stopper=self.stopper)
+                     optimizer=self.optimizer, stopper=self.stopper)

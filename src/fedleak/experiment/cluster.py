@@ -102,7 +102,7 @@ def rate() -> float:
 def attack_minutes(config: Mapping, labels: tuple[str, ...]) -> int:
     """Wall time of one attack job: its victims x restarts x iterations at the assumed rate
     (x the uploads of a sequence victim, ``attack.sequence.steps``)."""
-    work = estimate.attack_work(config, labels)
+    work = sum(estimate.attack_work(config, labels).values())
     return STARTUP_MINUTES + math.ceil(2 * work / rate() / 60)
 
 

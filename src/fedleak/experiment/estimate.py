@@ -12,9 +12,12 @@ in units whose cost depends only on the model, the input shape and the batch siz
   restarts x iterations (GIAS/GIML: the iterations of each stage of the variant; GIFD: the
   sum of its ``steps``; EOT: samples x the wrapped attack's; R-GAP: its latent search, else
   one), x the uploads of a sequence victim. The generator's forward pass of the GAN-based
-  attacks is not in it, nor L-BFGS's extra evaluations (up to 20 an iteration) and loop
-  overhead: an L-BFGS attack at LeNet batch-1 scale runs ~4x its estimate (EPAFL Table 5,
-  docs/decisions.md).
+  attacks is not in it.
+- ``lbfgs``: one iteration of an L-BFGS attack (DLG, iDLG and EPAFL's stopped iDLG), counted
+  as ``match`` is: one L-BFGS step evaluates the objective up to 20 times (its line
+  search) and the loop checks and copies the iterate after each, so its cost is timed as
+  the engine runs it, an iDLG attack of ``LBFGS_ITERATIONS`` iterations on one random victim
+  from a random start, per iteration.
 - ``gan_step`` / ``evalnet_step``: one training step of the DCGAN prior / Refiner's
   evaluation network at its batch size (the library trainers, one batch, one epoch); a
   training job is epochs x ceil(split images / batch) of them, the split's size from the
@@ -77,14 +80,16 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from fedleak import attacks, data, models
+from fedleak import attacks, data, defenses, models
 from fedleak import config as cfg
 from fedleak.adversaries.neural import make_net
 from fedleak.experiment import paths, phases, plan
+from fedleak.types import Observation
 from fedleak.utils.io import write_json
 from fedleak.utils.timing import timed
 
 REPEATS = 3  # timed runs per unit after one warm-up; the median is kept
+LBFGS_ITERATIONS = 100  # an ``lbfgs`` unit's timed attack (its early steps search longest)
 RESULTS = Path("results")
 COLUMNS = ("target", "jobs", "cpu_hours", "gpu_hours")
 ZOO_BATCH, ZOO_WIDTH = 32, 512  # adversaries.train_zoo's batch; the middle of its widths
@@ -121,20 +126,21 @@ def attack_iterations(name: str, params: dict) -> int:
     return attacks.base.registered(name).budget(cfg.resolve("attacks", name, params))
 
 
-def attack_work(config: dict, labels: Iterable[str]) -> int:
-    """Gradient-matching iterations of one attack job (one seed): per label, victims x
-    restarts x iterations, x the uploads of a sequence victim; a label in
-    ``attack.adaptive`` once more for its adaptive attacker, x ``attack.adaptive_samples``
-    (the most a defense's draws cost it; a deterministic defense takes one)."""
+def attack_work(config: dict, labels: Iterable[str]) -> Counter:
+    """Gradient-matching iterations of one attack job (one seed), by the optimiser that runs
+    them (``adam`` or ``lbfgs``): per label, victims x restarts x iterations, x the uploads
+    of a sequence victim; a label in ``attack.adaptive`` once more for its adaptive
+    attacker, x ``attack.adaptive_samples`` (the most a defense's draws cost it; a
+    deterministic defense takes one)."""
     uploads = max(1, config["attack"]["sequence"]["steps"])
-    work = 0
+    work: Counter = Counter()
     for label in labels:
         name, params = plan.attack_of(config, label)
         restarts = cfg.resolve("attacks", name, params).get("restarts", 1)
         runs = 1 + (config["attack"]["adaptive_samples"]
                     if label in config["attack"]["adaptive"] else 0)
-        work += plan.victims(config, label) * restarts * attack_iterations(name, params) \
-            * uploads * runs
+        work[attacks.base.registered(name).optimizer] += plan.victims(config, label) \
+            * restarts * attack_iterations(name, params) * uploads * runs
     return work
 
 
@@ -212,10 +218,12 @@ def jobs(config: dict, results: Path = RESULTS) -> dict[tuple[str, str], Job]:
                 {unit: fl_steps(resolved, clients)})
     for (case, setting), labels in plan.attack_jobs(config).items():
         resolved = plan.resolve(config, setting)
-        unit = _model_unit(config, results, case, "match", resolved["attack"]["batch_size"])
+        batch = resolved["attack"]["batch_size"]
+        work = {_model_unit(config, results, case, "lbfgs" if optimizer == "lbfgs" else "match",
+                            batch): iterations
+                for optimizer, iterations in attack_work(resolved, labels).items()}
         for seed in config["attack"]["seeds"]:
-            add("attack", paths.attack_metrics(results, case, setting, seed),
-                {unit: attack_work(resolved, labels)})
+            add("attack", paths.attack_metrics(results, case, setting, seed), work)
     spec = config["attribute"]
     samples = spec["train_samples"] + spec["test_samples"]
     for path in out["zoo"]:
@@ -345,6 +353,8 @@ def _unit_call(unit: str, device: torch.device) -> Callable[[], object]:
         return _figure()
     batch = int(parts[-1].removeprefix("b"))
     gen = torch.Generator().manual_seed(0)
+    if kind == "lbfgs":
+        return _lbfgs_attack(parts[:-1], batch, device, gen)
     if kind in ("fl_step", "match"):
         model, shape, classes = _model(parts[:-1], device)
         x = torch.rand((batch, *shape), generator=gen).to(device)
@@ -394,6 +404,19 @@ def _unit_call(unit: str, device: torch.device) -> Callable[[], object]:
     raise ValueError(f"unknown unit of work {unit!r}")
 
 
+def _lbfgs_attack(parts: list[str], batch: int, device: torch.device,
+                  gen: torch.Generator) -> Callable[[], object]:
+    """iDLG on one victim of random images, ``LBFGS_ITERATIONS`` iterations."""
+    model, shape, classes = _model(parts, device)
+    x = torch.rand((batch, *shape), generator=gen).to(device)
+    y = torch.randint(classes, (batch,), generator=gen).to(device)
+    context = defenses.DefenseContext(model=model, x=x, y=y, generator=gen)
+    observed = Observation(model=model, gradient=defenses.build_at("none", 0.0)(context),
+                           batch_size=batch)
+    attack = attacks.build("idlg", iterations=LBFGS_ITERATIONS)
+    return lambda: attack(observed)
+
+
 def calibrate(units: Iterable[str], device: str = "cpu", threads: int | None = None,
               refresh: bool = False) -> dict[str, float]:
     """Seconds per unit on ``device``, from the cache where it has them; the others are
@@ -412,7 +435,9 @@ def calibrate(units: Iterable[str], device: str = "cpu", threads: int | None = N
                              file=sys.stderr):
                 call = _unit_call(unit, torch.device(device))
                 call()  # warm-up: lazy initialisation, allocator growth
-                cached[unit] = statistics.median(_seconds(call, device) for _ in range(REPEATS))
+                per = LBFGS_ITERATIONS if unit.startswith("lbfgs:") else 1
+                cached[unit] = statistics.median(_seconds(call, device)
+                                                 for _ in range(REPEATS)) / per
         finally:
             torch.set_num_threads(before)
         write_json(path, dict(sorted(cached.items())))
