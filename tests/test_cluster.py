@@ -40,7 +40,8 @@ def per_job(out: dict, **wildcards) -> dict:
 def test_gpu_rules_ask_for_a_gpu_and_cpu_rules_do_not(monkeypatch):
     monkeypatch.setenv("FEDLEAK_SLURM_ACCOUNT", "lab42")
     monkeypatch.setenv("FEDLEAK_SLURM_GPU_MODEL", "a100")
-    attack = cluster.resources("attack", 30, config=TEST)
+    attack = per_job(cluster.resources("attack", 30, config=TEST),
+                     case="digits-lenet-iid-k4", setting="none-0")
     fl = per_job(cluster.resources("fl_run", 12, config=TEST), case="digits-lenet-iid-k4")
     assert attack == {"mem_mb": 16000, "runtime": 30, "slurm_partition": "gpu", "gpu": 1,
                       "cpus_per_gpu": 4, "gpu_model": "a100", "slurm_account": "lab42"}
@@ -52,7 +53,8 @@ def gpu_rules(config: dict, case: str = "digits-lenet-iid-k4") -> set[str]:
     rules = ("prepare_data", "train_evalnet", "train_gan", "train_giml", "fl_run", "attack",
              "train_zoo", "fit_adversaries", "attribute", "target", "aggregate")
     return {rule for rule in rules
-            if per_job(cluster.resources(rule, config=config), case=case).get("gpu")}
+            if per_job(cluster.resources(rule, config=config), case=case,
+                       setting="none-0").get("gpu")}
 
 
 def test_auto_asks_a_gpu_where_it_pays_cuda_everywhere_it_runs_cpu_nowhere():
@@ -64,6 +66,29 @@ def test_auto_asks_a_gpu_where_it_pays_cuda_everywhere_it_runs_cpu_nowhere():
     resnet = fedleak_config.validate({**TEST, "cases": [
         {"dataset": "digits", "model": "resnet18", "partition": {"kind": "iid", "clients": 4}}]})
     assert gpu_rules(resnet, "digits-resnet18-iid-k4") == heavy | {"fl_run", "attribute"}
+
+
+def test_auto_runs_l_bfgs_attack_jobs_on_a_lenet_on_cpus():
+    """EPAFL's attack jobs run only DLG/iDLG (L-BFGS) on LeNets: on CPUs under auto; a job
+    with any other attack, or on another model, asks for a GPU."""
+    epafl = fedleak_config.load(REPO / "config" / "paper" / "epafl.yaml")
+    out = cluster.resources("attack", config=epafl)
+    jobs = plan.attack_jobs(epafl)
+    assert len(jobs) == 34
+    assert {per_job(out, case=case, setting=setting.text)["slurm_partition"]
+            for case, setting in jobs} == {"cpu"}
+    case, setting = next(iter(jobs))
+    assert per_job(cluster.resources("attack", config=on(epafl, "cuda")), case=case,
+                   setting=setting.text)["gpu"] == 1
+    mixed = per_job(cluster.resources("attack", config=TEST), case="digits-lenet-iid-k4",
+                    setting="none-0")  # DLG, iDLG and Adam attacks
+    assert mixed["gpu"] == 1
+    resnet = fedleak_config.validate({**epafl, "cases": [
+        {"dataset": "digits", "model": "resnet18", "partition": {"kind": "iid", "clients": 4}}],
+        "targets": {}, "reference": {}})
+    case, setting = next(iter(plan.attack_jobs(resnet)))
+    assert per_job(cluster.resources("attack", config=resnet), case=case,
+                   setting=setting.text)["gpu"] == 1
 
 
 @pytest.mark.parametrize("device, expected", [

@@ -29,7 +29,10 @@ node without one); ``auto``, the jobs a GPU pays for, per rule:
 - ``train_evalnet``, ``train_gan``: CNN / GAN training over epochs of a dataset;
   ``train_giml``: outer steps x tasks x gradient-matching iterations through a generator;
   ``attack``: victims x restarts x iterations of double-backward gradient matching, stacked
-  problems in one batch (the papers time them on GPUs);
+  problems in one batch (the papers time them on GPUs), except a job whose attacks all
+  run L-BFGS (DLG, iDLG, EPAFL's) on a model in ``CPU_MODELS``: an L-BFGS iteration of a
+  batch-1 LeNet took 1.6-2.8x longer on an H200 than on one of its CPU cores (up to 20
+  evaluations of a tiny network, launch- and sync-bound; docs/decisions.md);
 - ``train_zoo``, ``fit_adversaries``: RecUP-FL's zoo (``zoo_size`` networks per attribute)
   and neural adversaries, trained on per-sample gradients;
 - ``fl_run`` and ``attribute`` (per-sample gradients of the case's model, the adversaries
@@ -46,11 +49,14 @@ cuda`` without a GPU partition or with ``FEDLEAK_SLURM_GPUS=0`` is refused befor
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Mapping
 
+from fedleak.attacks.base import registered
 from fedleak.experiment import estimate, plan, studies
+from fedleak.types import Setting
 
 # the rules whose jobs run on the configuration's device (utils.device.select)
 DEVICE_RULES = frozenset({"train_evalnet", "train_gan", "train_giml", "fl_run", "attack",
@@ -112,18 +118,31 @@ def fl_minutes(config: Mapping, clients: int) -> int:
 
 
 def gpu_job(config: Mapping, rule: str, case: str | None = None,
-            study: str | None = None) -> bool:
-    """Whether a job of ``rule`` (of case ``case``, of study target ``study``) asks for a GPU
-    under the configuration's ``device`` (the module's docstring has the reasons)."""
+            study: str | None = None, setting: str | None = None) -> bool:
+    """Whether a job of ``rule`` (of case ``case``, of study target ``study``, of defense
+    setting ``setting``) asks for a GPU under the configuration's ``device`` (the module's
+    docstring has the reasons)."""
     device = config["device"]
     if device == "cpu" or rule not in DEVICE_RULES:
         return False
     if rule == "study":
         kind = studies.STUDIES[config["targets"][study]["study"]["kind"]].device
         return kind == "times" or (kind == "runs" and device == "cuda")
-    if device == "cuda" or rule in GPU_RULES:
+    if device == "cuda":
+        return True
+    if rule == "attack" and setting is not None:
+        return not _lbfgs_on_cpu_model(config, case, Setting.parse(setting))
+    if rule in GPU_RULES:
         return True
     return plan.find_case(config, case)["model"] not in CPU_MODELS
+
+
+def _lbfgs_on_cpu_model(config: Mapping, case: str, setting: Setting) -> bool:
+    """Whether every attack of the job (case, setting) runs L-BFGS on a model that a CPU
+    core runs faster."""
+    labels = plan.job_attacks(config, case, setting)
+    return plan.find_case(config, case)["model"] in CPU_MODELS and all(
+        registered(plan.attack_of(config, label)[0]).optimizer == "lbfgs" for label in labels)
 
 
 def _placed(rule: str, on_gpu: bool, count: int, gpu_partition: str) -> dict:
@@ -140,9 +159,10 @@ def _placed(rule: str, on_gpu: bool, count: int, gpu_partition: str) -> dict:
 def resources(rule: str, minutes=FIXED_MINUTES, *, config: Mapping) -> dict:
     """The SLURM resources of ``rule``: partition, GPUs, account, memory and wall time
     (``minutes``: a number, or a function of the job's wildcards). Where whether a job asks
-    for a GPU depends on the job (FL runs and attribute jobs by their case's model, studies
-    by their kind), partition, memory and GPUs are functions of its wildcards, which
-    Snakemake calls per job; a job without a GPU asks for ``gpu: 0``."""
+    for a GPU depends on the job (FL runs and attribute jobs by their case's model, attack
+    jobs by their attacks and model, studies by their kind), partition, memory and GPUs are
+    functions of its wildcards, which Snakemake calls per job; a job without a GPU asks for
+    ``gpu: 0``."""
     count = gpus()
     rate()  # every variable is checked before any job, whichever rule reads it
     gpu_partition = os.environ.get("FEDLEAK_SLURM_GPU_PARTITION", "gpu")
@@ -153,10 +173,16 @@ def resources(rule: str, minutes=FIXED_MINUTES, *, config: Mapping) -> dict:
                            + "; expected a GPU partition and FEDLEAK_SLURM_GPUS >= 1, or "
                            "device 'auto' or 'cpu'")
     out: dict = {"runtime": minutes}
-    if rule in ("study", *CASE_RULES) and config["device"] != "cpu" and gpu_partition:
+    if rule in ("study", "attack", *CASE_RULES) and config["device"] != "cpu" and gpu_partition:
+        @functools.cache  # Snakemake asks once per resource of each job
+        def placed_job(job: tuple[tuple[str, str], ...]) -> dict:
+            return _placed(rule, gpu_job(config, rule, **dict(job)), count, gpu_partition)
+
         def placed(wildcards) -> dict:
             job = {"study": wildcards.name} if rule == "study" else {"case": wildcards.case}
-            return _placed(rule, gpu_job(config, rule, **job), count, gpu_partition)
+            if rule == "attack":
+                job["setting"] = wildcards.setting
+            return placed_job(tuple(sorted(job.items())))
         out.update({key: (lambda wildcards, key=key: placed(wildcards)[key])
                     for key in _placed(rule, False, count, gpu_partition)})
     else:
