@@ -254,3 +254,6 @@ def test_the_estimate_counts_the_adaptive_attacker():
     assert plain == {"adam": 30}
     config["attack"].update(adaptive=["inverting_gradients"], adaptive_samples=2)
     assert estimate.attack_work(cfg.validate(config), ["inverting_gradients"]) == {"adam": 90}
+    # a deterministic defense's transformation is drawn once
+    assert estimate.attack_work(cfg.validate(config), ["inverting_gradients"],
+                                deterministic=True) == {"adam": 60}

@@ -19,9 +19,10 @@ from fedleak.defenses.base import (
     build_at,
     knob,
     needs,
+    registered,
     strongest,
 )
 from fedleak.types import DefenseContext, Update
 
 __all__ = ["Defense", "DefenseContext", "Update", "available", "build", "build_at", "knob",
-           "needs", "strongest"]
+           "needs", "registered", "strongest"]

@@ -54,6 +54,7 @@ _REGISTRY = Registry("defenses")
 register = _REGISTRY.register
 available = _REGISTRY.available
 needs = _REGISTRY.needs
+registered = _REGISTRY.get  # the defense class of a name
 knob = config.knob
 
 

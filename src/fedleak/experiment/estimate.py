@@ -126,19 +126,19 @@ def attack_iterations(name: str, params: dict) -> int:
     return attacks.base.registered(name).budget(cfg.resolve("attacks", name, params))
 
 
-def attack_work(config: dict, labels: Iterable[str]) -> Counter:
+def attack_work(config: dict, labels: Iterable[str], deterministic: bool = False) -> Counter:
     """Gradient-matching iterations of one attack job (one seed), by the optimiser that runs
     them (``adam`` or ``lbfgs``): per label, victims x restarts x iterations, x the uploads
     of a sequence victim; a label in ``attack.adaptive`` once more for its adaptive
-    attacker, x ``attack.adaptive_samples`` (the most a defense's draws cost it; a
-    deterministic defense takes one)."""
+    attacker, x ``attack.adaptive_samples`` draws of the defense (one of a
+    ``deterministic`` one; unknown: the most it can cost)."""
     uploads = max(1, config["attack"]["sequence"]["steps"])
+    draws = 1 if deterministic else config["attack"]["adaptive_samples"]
     work: Counter = Counter()
     for label in labels:
         name, params = plan.attack_of(config, label)
         restarts = cfg.resolve("attacks", name, params).get("restarts", 1)
-        runs = 1 + (config["attack"]["adaptive_samples"]
-                    if label in config["attack"]["adaptive"] else 0)
+        runs = 1 + (draws if label in config["attack"]["adaptive"] else 0)
         work[attacks.base.registered(name).optimizer] += plan.victims(config, label) \
             * restarts * attack_iterations(name, params) * uploads * runs
     return work
@@ -219,9 +219,11 @@ def jobs(config: dict, results: Path = RESULTS) -> dict[tuple[str, str], Job]:
     for (case, setting), labels in plan.attack_jobs(config).items():
         resolved = plan.resolve(config, setting)
         batch = resolved["attack"]["batch_size"]
+        deterministic = defenses.registered(plan.defense_of(config, setting)[0]).deterministic
         work = {_model_unit(config, results, case, "lbfgs" if optimizer == "lbfgs" else "match",
                             batch): iterations
-                for optimizer, iterations in attack_work(resolved, labels).items()}
+                for optimizer, iterations in attack_work(resolved, labels,
+                                                         deterministic).items()}
         for seed in config["attack"]["seeds"]:
             add("attack", paths.attack_metrics(results, case, setting, seed), work)
     spec = config["attribute"]
