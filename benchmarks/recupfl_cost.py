@@ -23,8 +23,12 @@ and process CPU time (``time.process_time``, robust to other processes on a shar
 machine) are reported as median and interquartile range, with each defense's ratio to
 DP-Gaussian and to Soteria (ratios of medians).
 
+``--together N ...`` times RecUP-FL's uploads made N at a time (``Defense.many``, as the
+attribute track makes them: rows that drew the same zoo model share its passes) against
+the same N uploads made one at a time, per upload, at batch 1, rotated in the same way.
+
     python benchmarks/recupfl_cost.py [--batches 20 1] [--repeats 15] [--threads 1]
-        [--cifar] [--lfw] [--out FILE.csv]
+        [--cifar] [--lfw] [--together 10 100] [--out FILE.csv]
 """
 
 from __future__ import annotations
@@ -115,6 +119,31 @@ def time_shape(shape: Shape, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def time_together(shape: Shape, args: argparse.Namespace) -> None:
+    """Seconds per RecUP-FL upload made ``n`` at a time and one at a time, side by side."""
+    images = shape.images()
+    torch.manual_seed(0)
+    model = shape.model()
+    recupfl = defenses.build("recupfl", zoo=zoo_for(model, images, shape, args),
+                             **DEFENSES["recupfl"])
+    for n in args.together:
+        def contexts(r: int, n: int = n) -> list[defenses.DefenseContext]:
+            parts = 600 + (r * n + torch.arange(n)) % (len(images) - 600)
+            return [defenses.DefenseContext(
+                model, images.x[i:i + 1], images.y[i:i + 1], torch.Generator().manual_seed(i),
+                attributes={shape.attribute: images.attributes[shape.attribute][i:i + 1]})
+                for i in parts.tolist()]
+
+        times = rotated({"together": lambda r: recupfl.many(contexts(r)),
+                         "alone": lambda r: [recupfl(c) for c in contexts(r)]},
+                        args.repeats, 1)
+        median = {k: float(pd.Series([cpu for _, cpu in v]).median()) / n
+                  for k, v in times.items()}
+        print(f"{shape.name}: {n} uploads, median CPU seconds per upload: together "
+              f"{median['together']:.4f}, alone {median['alone']:.4f} "
+              f"({median['alone'] / median['together']:.2f}x)", flush=True)
+
+
 def summarise(times: pd.DataFrame) -> pd.DataFrame:
     """Per defense: median and interquartile range of CPU and wall time, and the ratios of
     the medians to DP-Gaussian's and Soteria's."""
@@ -143,11 +172,17 @@ def main() -> None:
     parser.add_argument("--feature-size", type=int, default=256)
     parser.add_argument("--zoo-size", type=int, default=20)
     parser.add_argument("--zoo-epochs", type=int, default=2)
+    parser.add_argument("--together", nargs="+", type=int, default=[],
+                        help="only time RecUP-FL's uploads made N at a time against one by one")
     parser.add_argument("--out", type=Path, help="CSV of every timing (and FILE_summary.csv)")
     args = parser.parse_args()
-    if args.repeats < 1 or min(args.batches) < 1:
-        parser.error("--repeats and --batches must be at least 1")
+    if args.repeats < 1 or min(args.batches + args.together) < 1:
+        parser.error("--repeats, --batches and --together must be at least 1")
     torch.set_num_threads(args.threads)
+    if args.together:
+        for shape in shapes(args):
+            time_together(shape, args)
+        return
     times = pd.DataFrame([row for shape in shapes(args) for row in time_shape(shape, args)])
     summary = summarise(times)
     pd.set_option("display.width", 200)

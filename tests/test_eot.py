@@ -52,13 +52,13 @@ def test_censor_samples_are_orthogonal_rescaled_and_differentiable(pool):
     obs = observe(pool[0], "censor")
     images = x.clone().requires_grad_(True)
     trial = Update.of(model, images, y, create_graph=True)
-    samples = DefenseSamples(defenses.build("censor"), obs, y, 4, torch.Generator().manual_seed(0))
-    draw = samples.draw(trial, images)
+    censor = defenses.build("censor")
+    draw = DefenseSamples(censor, obs, y, 1, torch.Generator().manual_seed(0))(trial, images)
     for k, g in trial.items():
         o, g = draw[k].detach(), g.detach()
         assert abs(float((o * g).sum() / (o.norm() * g.norm()))) < 1e-4
         assert float(o.norm()) == pytest.approx(float(g.norm()), rel=1e-4)
-    mean = samples(trial, images)
+    mean = DefenseSamples(censor, obs, y, 4, torch.Generator().manual_seed(0))(trial, images)
     (grad_x,) = torch.autograd.grad(sum((v ** 2).sum() for v in mean.values()), images)
     assert float(grad_x.abs().sum()) > 0
 
@@ -110,3 +110,15 @@ def test_stacked_eot_draws_and_reconstructs_what_the_loop_does(pool, digits_gene
     assert_like_the_loop(stacked, looped, difference, 6)
     draws = 1 if defense == "dp_gaussian" else 2  # DP: its exact expectation, one draw
     assert all(r.extra["eot_samples"] == draws for r in stacked)
+
+
+def test_every_victim_draws_its_defense_samples_alike(pool):
+    """Common random numbers: restart r of every victim draws from a generator seeded
+    (seed, r), so stacked victims draw alike at each step, as each does alone."""
+    eot = attacks.build("eot", wraps="inverting_gradients", wraps_params={"iterations": 2},
+                        defense=defenses.build("dp_gaussian"), samples=1, seed=5)
+    same_dtype = [(m, x.to(next(m.parameters()).dtype), y) for m, x, y in pool[:2]]
+    one, other = (eot.samples_for(observe(sample, "dp_gaussian")) for sample in same_dtype)
+    for restart in (0, 1):
+        assert torch.equal(one(restart).rng.get_state(), other(restart).rng.get_state())
+    assert not torch.equal(one(0).rng.get_state(), one(1).rng.get_state())

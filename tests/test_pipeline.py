@@ -243,6 +243,17 @@ def test_a_configfile_replaces_the_embedded_default(tmp_path):
     assert sorted(resolved["defenses"]) == ["censor", "dp_gaussian", "none", "recupfl", "refiner"]
     assert resolved["fl"]["rounds"] == 4 and resolved["attack"]["victims_by_attack"] == {}
     assert "/pruning-" not in proc.stdout
+    priorities = {}  # (rule, setting) -> priority, from the dry run's job blocks
+    for block in proc.stdout.split("rule ")[1:]:
+        setting = re.search(r"setting=([^,\s]+)", block)
+        priority = re.search(r"^\s*priority: (\d+)$", block, re.MULTILINE)
+        priorities[(block.split(":")[0], setting and setting.group(1))] = \
+            int(priority.group(1)) if priority else 0
+    assert priorities[("train_zoo", None)] == 2  # RecUP-FL's jobs, the longest, wait on it
+    for rule in ("fl_run", "attack", "attribute"):
+        ranks = {s: p for (r, s), p in priorities.items() if r == rule}
+        assert {p for s, p in ranks.items() if s.startswith("recupfl-")} == {1}, rule
+        assert {p for s, p in ranks.items() if s.startswith(("none-", "dp_gaussian-"))} == {0}
     default = run([*SNAKEMAKE, "-n", "--config", "threads=2"], root)
     resolved = json.loads((root / "results" / "config.resolved.json").read_text())
     assert resolved["threads"] == 2 and "pruning" in resolved["defenses"]

@@ -77,7 +77,7 @@ def recupfl(setup, **params) -> RecUPFL:
 
 
 def max_abs_diff(a: Update, b: Update) -> float:
-    return max(float((a[k] - b[k]).abs().max()) for k in b)
+    return max(float((a[k] - b[k]).detach().abs().max()) for k in b)
 
 
 # -- features ------------------------------------------------------------------------------
@@ -218,14 +218,15 @@ def test_meta_iterations_add_the_meta_test_step_only(setup, monkeypatch):
     calls = []
     step = defense.meta_step
 
-    def recorded(w, models, lab):
-        before, after = step(w, models, lab)
-        calls.append((w, list(models), before, after))
+    def recorded(w, models, labels):
+        before, after = step(w, models, labels)
+        calls.append((w[0], [row[0] for row in models], before[0], after[0]))
         return before, after
 
     monkeypatch.setattr(defense, "meta_step", recorded)
     g = flatten(context(setup, 0).true_gradient())
-    final = defense.meta(g, "ink", label, torch.Generator().manual_seed(0))
+    final = defense.meta(g[None], "ink", torch.tensor([label]),
+                         [torch.Generator().manual_seed(0)])[0]
     assert len(calls) == 3
     current = g
     for start, models, before, after in calls:
@@ -431,3 +432,37 @@ def test_gamma_moves_protection_from_one_attribute_to_the_other(two_attributes):
     assert all(after <= before + 0.03 for before, after in zip(ink, ink[1:])), asr
     assert all(after >= before - 0.03 for before, after in zip(slant, slant[1:])), asr
     assert ink[0] - ink[-1] >= 0.2 and slant[-1] - slant[0] >= 0.08, asr
+
+
+@pytest.mark.parametrize("variant", ["meta", "one_step", "average", "momentum"])
+def test_uploads_made_together_are_each_the_upload_made_alone(setup, variant):
+    """``many``: each upload draws with its own generator as if alone; rows that drew the
+    same model share its passes, which changes the rounding only (one GEMM for the group
+    instead of one per row), not a draw or a step's sign."""
+    defense = recupfl(setup, epsilon=0.01, iterations=3, variant=variant)
+    made = lambda: [context(setup, i, seed=i, batch=1 + i % 2) for i in range(8)]  # noqa: E731
+    together, alone = defense.many(made()), [defense(ctx) for ctx in made()]
+    eps_total = 3 * 0.01
+    for one, other, ctx in zip(together, alone, made()):
+        assert list(one) == list(other)
+        assert max_abs_diff(one, other) <= 1e-6 * eps_total + 1e-7
+        assert max_abs_diff(one, ctx.true_gradient()) > 0
+    assert defense.many(made())[3]["fc.weight"].numpy().tobytes() == \
+        together[3]["fc.weight"].numpy().tobytes()  # same rows, same bytes
+
+
+def test_adaptive_samples_together_draw_as_alone_and_stay_differentiable(setup):
+    """EOT's draws of several problems at once (``adaptive_many``): the trial gradients'
+    attribute readings and model draws are each problem's own; the draws are
+    differentiable in the trial gradients (the perturbation is an offset)."""
+    defense = recupfl(setup, epsilon=0.01, iterations=2)
+    ctxs = lambda: [DefenseContext(setup["model"], setup["x"][i:i + 1],  # noqa: E731
+                                   setup["y"][i:i + 1], torch.Generator().manual_seed(i))
+                    for i in range(4)]  # no attributes: the attacker reads them
+    trials = [Update({k: v.clone().requires_grad_(True) for k, v in
+                      context(setup, i).true_gradient().items()}) for i in range(4)]
+    together = defense.adaptive_many(trials, ctxs(), [None] * 4)
+    for i, (trial, ctx) in enumerate(zip(trials, ctxs())):
+        alone = defense.sample(trial, ctx)
+        assert max_abs_diff(together[i], alone) <= 1e-7
+        assert all(v.requires_grad for v in together[i].values())

@@ -205,3 +205,17 @@ def test_the_recupfl_paper_config_plans_attribute_jobs_only_where_targets_read_t
             name, params = plan.defense_of(cfg, setting)
             if name == "recupfl":
                 assert set(params["attributes"]) <= set(plan.attributes(cfg, case)), setting
+
+
+def test_the_zoo_learns_the_attributes_a_recupfl_setting_protects():
+    """``plan.zoo_attributes``: the attributes of the planned RecUP-FL settings, every one
+    of the case's where a setting protects them all (attributes: null)."""
+    default = config.load(REPO / "config" / "config.yaml")
+    (case,) = plan.attribute_cases(default)
+    assert plan.attributes(default, case) == ["ink", "slant"]
+    assert plan.zoo_attributes(default, case) == ["ink"]  # recupfl protects ink only
+    default["defenses"]["recupfl"]["params"]["attributes"] = None
+    assert plan.zoo_attributes(default, case) == ["ink", "slant"]
+    paper = config.load(REPO / "config" / "paper" / "recupfl.yaml")
+    lfw = next(c for c in plan.attribute_cases(paper) if c.startswith("lfw"))
+    assert set(plan.zoo_attributes(paper, lfw)) >= {"race", "age", "gender"}

@@ -63,11 +63,16 @@ def _dereference(rules: dict) -> dict:
     return rules
 
 
+# PyYAML's safe loader in C where PyYAML was built with libyaml (its wheels are): the same
+# documents, 10x faster on the schema, which every job reads
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 @lru_cache(maxsize=1)
 def schema() -> dict:
     """The configuration schema shipped inside the package."""
-    return yaml.safe_load(resources.files("fedleak").joinpath("schemas/config.schema.yaml")
-                          .read_text())
+    return yaml.load(resources.files("fedleak").joinpath("schemas/config.schema.yaml")
+                     .read_text(), Loader=SAFE_LOADER)
 
 
 def _key_path(prefix: str, path) -> str:
@@ -687,7 +692,7 @@ def read(path: str | Path) -> dict:
                           f"byte {err.start}); expected YAML or JSON") from None
     try:
         # JSON is parsed as JSON: PyYAML would read numbers such as 1e-05 as strings.
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=SAFE_LOADER)
     except (ValueError, yaml.YAMLError) as err:
         reason = " ".join(str(err).split())
         raise ConfigError(f"invalid config: {path} is not valid YAML/JSON ({reason})") from None

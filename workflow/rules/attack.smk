@@ -17,6 +17,7 @@ rule attack:
         paths.benchmark(RESULTS, "attack", "{case}", "{setting}", "seed{seed}")
     conda:
         "../envs/fedleak.yaml"
+    priority: trained_first
     resources:
         **cluster_resources("attack", attack_minutes),
     shell:

@@ -15,6 +15,8 @@ rule train_zoo:
         paths.benchmark(RESULTS, "train_zoo", "{case}", "seed{seed}", "round{round}")
     conda:
         "../envs/fedleak.yaml"
+    # as soon as its checkpoint is there: RecUP-FL's jobs, the longest, wait on it
+    priority: 2
     resources:
         **cluster_resources("train_zoo"),
     shell:
@@ -68,6 +70,7 @@ rule attribute:
         paths.benchmark(RESULTS, "attribute", "{case}", "{setting}", "seed{seed}")
     conda:
         "../envs/fedleak.yaml"
+    priority: trained_first
     resources:
         **cluster_resources("attribute"),
     shell:

@@ -126,6 +126,13 @@ def attack_job_inputs(wildcards):
     return [case_data(wildcards), *attack_inputs(job(wildcards))]
 
 
+def trained_first(wildcards):
+    """Snakemake's priority among ready jobs: a setting whose defense loads a trained
+    artifact (RecUP-FL's zoo, Refiner's evaluation network) makes its rule's longest jobs,
+    so they start first (longest first: no long job left alone at the end)."""
+    return int(bool(defense_inputs(job(wildcards))))
+
+
 def cluster_resources(rule, minutes=cluster.FIXED_MINUTES):
     """SLURM resources from the environment (fedleak.experiment.cluster), checked here,
     before any job."""

@@ -16,6 +16,7 @@ rule fl_run:
         paths.benchmark(RESULTS, "fl_run", "{case}", "{setting}", "seed{seed}")
     conda:
         "../envs/fedleak.yaml"
+    priority: trained_first
     resources:
         **cluster_resources("fl_run", fl_minutes),
     shell:

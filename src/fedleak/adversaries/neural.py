@@ -65,23 +65,24 @@ class FeatureNet(nn.Module):
         return self.layers((x - self.center) / self.scale)
 
     @torch.no_grad()
-    def input_gradient(self, x: torch.Tensor, label: int) -> torch.Tensor:
-        """d CE(self(x), label) / d x for one input ``x`` of shape (features,), without a
-        graph (RecUP-FL takes 50 per update): the backward ops autograd runs, in its
-        order, so the result is bit-identical to ``torch.autograd.grad``."""
+    def input_gradient(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """(B, features): row i is d CE(self(x[i]), labels[i]) / d x[i], each row's own loss,
+        for inputs ``x`` of shape (B, features), without a graph (RecUP-FL takes 50 per
+        update): the backward ops autograd runs, in its order, so one row's result is
+        bit-identical to ``torch.autograd.grad``."""
         linears = list(self.layers)[::2]
-        h = ((x - self.center) / self.scale).unsqueeze(0)
+        h = (x - self.center) / self.scale
         hidden = []
         for layer in linears[:-1]:
             h = torch.relu(F.linear(h, layer.weight, layer.bias))
             hidden.append(h)
         out = F.log_softmax(F.linear(h, linears[-1].weight, linears[-1].bias), dim=1)
         grad = torch.zeros_like(out)
-        grad[0, label] = -1.0  # the backward of nll_loss on one sample
+        grad[torch.arange(len(out)), labels] = -1.0  # the backward of each row's nll_loss
         grad = torch.ops.aten._log_softmax_backward_data(grad, out, 1, out.dtype)
         for layer, h in zip(linears[:0:-1], hidden[::-1]):
             grad = torch.ops.aten.threshold_backward(grad @ layer.weight, h, 0)  # ReLU's
-        return (grad @ linears[0].weight)[0] / self.scale
+        return (grad @ linears[0].weight) / self.scale
 
 
 def make_net(features: int, widths: Sequence[int], classes: int, seed: int) -> FeatureNet:

@@ -148,6 +148,17 @@ class Solution:
             return self.stage.images([v.flatten(0, 1) for v in self.variables]).unflatten(0, grid)
 
 
+def transformed(transforms: Sequence[Transform], trials: Sequence[Update],
+                images: torch.Tensor) -> list[Update]:
+    """Problem p's trial gradient through ``transforms[p]``; transformations of one class
+    that has a ``together`` (EOT's defense samples) run at once through it."""
+    kinds = {type(t) for t in transforms}
+    together = getattr(kinds.pop(), "together", None) if len(kinds) == 1 else None
+    if together is not None:
+        return together(transforms, trials, images)
+    return [t(trial, x) for t, trial, x in zip(transforms, trials, images)]
+
+
 def stacked_loss(model: nn.Module, labels: torch.Tensor | None,
                  targets: dict[str, torch.Tensor], *, distance: str,
                  regularizers: Mapping[str, float] | None = None,
@@ -169,8 +180,8 @@ def stacked_loss(model: nn.Module, labels: torch.Tensor | None,
             products = stacked.products(images, labels, targets, residual)
         else:
             trial = stacked.gradients(images, labels, create_graph=torch.is_grad_enabled())
-            parts = [t(Update({k: g[p] for k, g in trial.items()}), images[p])
-                     for p, t in enumerate(transforms)]
+            parts = transformed(transforms, [Update({k: g[p] for k, g in trial.items()})
+                                             for p in range(len(images))], images)
             products = GradientProducts.formed(
                 {k: torch.stack([part[k] for part in parts]) for k in trial}, targets, residual)
         value = measure(products)

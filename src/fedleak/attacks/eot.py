@@ -29,13 +29,17 @@ attack; ``Refiner.sample``). A defense whose transformation has no randomness
 
 Wraps any registered attack (``inverting_gradients``, ``gga``, ``gifd``, ...): ``wraps``
 names it and ``wraps_params`` sets its parameters; the artifacts it needs (a GAN prior for
-``gga``/``gifd``) are passed to EOT by name. Victim v's restart r draws its defense samples
-from a generator seeded by (seed + v, r), however the engine runs it.
+``gga``/``gifd``) are passed to EOT by name. Restart r of every victim draws its defense
+samples from a generator seeded by (seed, r), however the engine runs it: common random
+numbers, so at each step the victims draw alike (each victim's draws are still fresh at
+every step, which is all EOT asks of them). Stacked victims' draws are made together
+(``Defense.adaptive_many``), and against RecUP-FL, where a draw is the zoo models each
+meta-step samples, victims drawing alike pass through one model at a time together.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -57,18 +61,32 @@ class DefenseSamples:
         self.defense, self.obs, self.labels = defense, obs, labels
         self.samples, self.rng = samples, rng
 
-    def draw(self, trial: Update, images: torch.Tensor) -> Update:
-        ctx = DefenseContext(self.obs.model, images.detach(), self.labels, self.rng)
-        out = self.defense.adaptive(Update(trial), ctx, self.obs.gradient)
-        if any(g.requires_grad for g in trial.values()) and not any(
-                g.requires_grad for g in out.values()):
-            raise ValueError(f"EOT needs a defense differentiable in the gradient it is given; "
-                             f"{type(self.defense).__name__} detaches it")
-        return out
-
     def __call__(self, trial: Update, images: torch.Tensor) -> Update:
-        draws = [self.draw(trial, images) for _ in range(self.samples)]
-        return Update({k: torch.stack([d[k] for d in draws]).mean(dim=0) for k in trial})
+        return self.together([self], [trial], [images])[0]
+
+    @staticmethod
+    def together(problems: Sequence[DefenseSamples], trials: Sequence[Update],
+                 images: Sequence[torch.Tensor]) -> list[Update]:
+        """Each problem's T(F(x)), the draws of all problems made at once
+        (``Defense.adaptive_many``), problem p drawing with its own generator as if alone."""
+        defense, samples = problems[0].defense, problems[0].samples
+        if any(p.defense is not defense or p.samples != samples for p in problems):
+            raise ValueError("EOT's problems run together must share one defense and one "
+                             "number of samples")
+        draws = []
+        for _ in range(samples):
+            ctxs = [DefenseContext(p.obs.model, x.detach(), p.labels, p.rng)
+                    for p, x in zip(problems, images)]
+            out = defense.adaptive_many([Update(t) for t in trials], ctxs,
+                                        [p.obs.gradient for p in problems])
+            for trial, drawn in zip(trials, out):
+                if any(g.requires_grad for g in trial.values()) and not any(
+                        g.requires_grad for g in drawn.values()):
+                    raise ValueError(f"EOT needs a defense differentiable in the gradient it "
+                                     f"is given; {type(defense).__name__} detaches it")
+            draws.append(out)
+        return [Update({k: torch.stack([d[p][k] for d in draws]).mean(dim=0) for k in trial})
+                for p, trial in enumerate(trials)]
 
 
 @register("eot")
@@ -106,17 +124,17 @@ class ExpectationOverTransformation(Attack):
         """Defense samples averaged per step: ``samples``, one of a deterministic defense."""
         return 1 if self.defense.deterministic else self.samples
 
-    def samples_for(self, obs: Observation, seed: int) -> RestartTransforms:
+    def samples_for(self, obs: Observation) -> RestartTransforms:
         """Restart r's defense samples on ``obs``, drawn with a generator seeded (seed, r)."""
         labels = infer_labels(obs)
         return lambda restart: DefenseSamples(
             self.defense, obs, labels, self.draws,
-            torch.Generator().manual_seed(derived_seed(seed, restart)))
+            torch.Generator().manual_seed(derived_seed(self.seed, restart)))
 
     def reconstruct(self, victims: Victims) -> list[Reconstruction]:
-        """The wrapped attack on the chunk, victim v's trial gradients through its samples."""
-        samples = [self.samples_for(obs, victims.seed + v)
-                   for v, obs in enumerate(victims.observations)]
+        """The wrapped attack on the chunk, each victim's trial gradients through its
+        samples."""
+        samples = [self.samples_for(obs) for obs in victims.observations]
         out = self.attack.reconstruct(victims.with_transforms(samples))
         for rec in out:
             rec.extra.update(eot_samples=self.draws, eot_defense=self.defense.name)

@@ -61,7 +61,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy import optimize, sparse
 from torch import nn
 
 from fedleak.attacks.base import Reconstruction, register
@@ -132,6 +131,8 @@ def _head(weight, grad, bias_grad, label):
     grid = np.log(np.linalg.norm(h)) + np.linspace(-1.0, 25.0, 2001)
     best = int(np.argmin([misfit(t) for t in grid]))
     bounds = (grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)])
+    from scipy import optimize  # imported on use: slow to import, and every job imports rgap
+
     found = optimize.minimize_scalar(misfit, bounds=bounds, method="bounded",
                                      options={"xatol": 1e-12})
     a = float(np.exp(found.x))
@@ -152,6 +153,8 @@ def _system(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape):
     f = torch.arange(out)[:, None]
     rows = torch.cat([(f * fan + q).flatten(), (out * fan + f * positions + p).flatten()])
     values = torch.cat([(k[:, p] / scale_k).flatten(), (w[:, q] / scale_w).flatten()])
+    from scipy import sparse  # imported on use
+
     a = sparse.csr_matrix((values.numpy(), (rows.numpy(), torch.cat([columns, columns]).numpy())),
                           shape=(out * fan + out * positions, n))
     target = z - (0 if bias is None else bias[:, None, None])

@@ -7,6 +7,7 @@ workflow sweeps; ``build`` fills the other parameters from the schema's defaults
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import ClassVar
 
 from fedleak import config
@@ -26,6 +27,11 @@ class Defense(ABC):
     def __call__(self, ctx: DefenseContext) -> Update:
         """The update to upload."""
 
+    def many(self, ctxs: Sequence[DefenseContext]) -> list[Update]:
+        """The uploads of several client batches, each as ``self(ctx)`` makes it alone; a
+        defense that can share work between them (RecUP-FL's zoo passes) overrides it."""
+        return [self(ctx) for ctx in ctxs]
+
     def sample(self, trial: Update, ctx: DefenseContext) -> Update:
         """One draw of the defense applied to ``trial``, the gradient of the batch in ``ctx``,
         differentiably: what an adaptive attacker (EOT) averages. By default the defense
@@ -40,6 +46,12 @@ class Defense(ABC):
         randomness); a defense with a known transformation (pruning, quantisation,
         clipping, Soteria) overrides it, reading what it needs from ``received``."""
         return self.sample(trial, ctx)
+
+    def adaptive_many(self, trials: Sequence[Update], ctxs: Sequence[DefenseContext],
+                      received: Sequence[Update]) -> list[Update]:
+        """:meth:`adaptive` of several problems (trial i with ``ctxs[i]`` and
+        ``received[i]``), each as if alone; RecUP-FL overrides it to share work."""
+        return [self.adaptive(t, c, r) for t, c, r in zip(trials, ctxs, received)]
 
     @property
     def knob(self) -> str | None:

@@ -14,7 +14,7 @@
 
   With ``attribute.adaptive`` (issue 33) every adversary is also fitted on D_train's
   *defended* uploads: each public upload made as a client makes its own
-  (``fl.client_update`` through the setting's defense, its strength and parameters), the
+  (``fl.client_context`` through the setting's defense, its strength and parameters), the
   defense's randomness drawn from a seed of its own (``_seeds``' ``public``, not the
   victims'). That defense-aware adversary (``attacker`` ``adaptive``) attacks the same
   client uploads as the paper's (``attacker`` ``paper``), which learns from clean gradients
@@ -41,7 +41,7 @@ from fedleak.adversaries.zoo import train_zoo as train_defender_zoo
 from fedleak.experiment import paths, plan
 from fedleak.experiment.artifacts import Job, build_defense
 from fedleak.experiment.phases import model_at
-from fedleak.fl import client_update
+from fedleak.fl import client_context
 from fedleak.types import ADAPTIVE, PAPER, Setting, Update
 from fedleak.utils.device import select
 from fedleak.utils.io import REMEDY, ArtifactError, load_torch, read_json, save_torch, write_json
@@ -58,10 +58,10 @@ def _d_train(config: dict, job: Job) -> data.ImageData:
 
 def train_zoo(config: dict, results: Path, case: str, seed: int, round_: int) -> None:
     """The model zoo of ``case`` at ``round_``: ``attribute.zoo_size`` defender models per
-    attribute on clean gradient features of D_train under the undefended model of
-    ``seed``."""
+    attribute a RecUP-FL setting protects (``plan.zoo_attributes``) on clean gradient
+    features of D_train under the undefended model of ``seed``."""
     spec = config["attribute"]
-    names = plan.attributes(config, case)
+    names = plan.zoo_attributes(config, case)
     if not names:
         raise ValueError(f"case {case!r} has no sensitive attributes to train a zoo for")
     job = Job(config, results, case, plan.NONE, seed)
@@ -151,30 +151,39 @@ def _majority(values: torch.Tensor) -> int:
     return int(torch.bincount(values).argmax())
 
 
+UPLOADS_TOGETHER = 100  # uploads a defense makes at once (Defense.many; RecUP-FL shares work)
+
+
 def _uploads(job: Job, model: torch.nn.Module, samples: data.ImageData, round_: int,
              seed: int, desc: str = "") -> tuple[torch.Tensor, dict[str, np.ndarray],
                                                   list[float]]:
     """Features of each defended upload of ``samples`` (``attribute.batch_size`` per upload:
     D_test, or D_train for the adaptive adversary), its attribute labels and the defense's
-    time per upload; upload g's defense draws from ``seed + g``."""
+    time per upload; upload g's defense draws from ``seed + g``, whichever uploads it is
+    made with."""
     spec, fl = job.config["attribute"], job.resolved["fl"]
     defense = build_defense(Job(job.config, job.results, job.case, job.setting, job.seed,
                                 zoo_round=round_), model)
     size = spec["batch_size"]
     features, labels, seconds = [], {a: [] for a in samples.attributes}, []
-    groups = range(len(samples) // size)
-    for g in tqdm(groups, desc=f"{desc}{job.setting} round {round_}", unit="upload",
-                  leave=False):
-        part = samples.subset(torch.arange(g * size, (g + 1) * size))
-        batch = (part.x, part.y, part.attributes)
-        start = time.perf_counter()
-        upload = client_update(model, lambda _step, b=batch: b, fl["local_steps"],
-                               fl["local_lr"], defense,
-                               torch.Generator().manual_seed(seed + g))
-        seconds.append(time.perf_counter() - start)
-        features.append(gradient_features(Update(upload).detached(), spec["feature_size"]))
-        for a, values in part.attributes.items():
-            labels[a].append(_majority(values))
+    groups = len(samples) // size
+    with tqdm(total=groups, desc=f"{desc}{job.setting} round {round_}", unit="upload",
+              leave=False) as progress:
+        for first in range(0, groups, UPLOADS_TOGETHER):
+            parts = [samples.subset(torch.arange(g * size, (g + 1) * size))
+                     for g in range(first, min(first + UPLOADS_TOGETHER, groups))]
+            start = time.perf_counter()
+            uploads = defense.many([client_context(
+                model, lambda _step, b=(part.x, part.y, part.attributes): b,
+                fl["local_steps"], fl["local_lr"], torch.Generator().manual_seed(seed + g))
+                for g, part in enumerate(parts, first)])
+            seconds += [(time.perf_counter() - start) / len(parts)] * len(parts)
+            for part, upload in zip(parts, uploads):
+                features.append(gradient_features(Update(upload).detached(),
+                                                  spec["feature_size"]))
+                for a, values in part.attributes.items():
+                    labels[a].append(_majority(values))
+            progress.update(len(parts))
     return torch.stack(features), {a: np.array(v) for a, v in labels.items()}, seconds
 
 

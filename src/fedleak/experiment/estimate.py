@@ -230,7 +230,7 @@ def jobs(config: dict, results: Path = RESULTS) -> dict[tuple[str, str], Job]:
     samples = spec["train_samples"] + spec["test_samples"]
     for path in out["zoo"]:
         case = path.parent.parent.name
-        steps = spec["zoo_size"] * len(plan.attributes(config, case)) * spec["zoo_epochs"] \
+        steps = spec["zoo_size"] * len(plan.zoo_attributes(config, case)) * spec["zoo_epochs"] \
             * math.ceil(spec["train_samples"] / ZOO_BATCH)
         add("train_zoo", path, {_model_unit(config, results, case, "fl_step", 1):
                                 spec["train_samples"],

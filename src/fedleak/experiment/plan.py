@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedleak import config as cfg
-from fedleak import data
+from fedleak import data, defenses
 from fedleak.types import Setting, artifact_parts, frozen, number_text
 
 ATTACK_KEYS = ("attack.", "attacks.")  # overrides that leave the FL run unchanged
@@ -230,6 +230,21 @@ def attributes(config: dict, case: str) -> list[str]:
     names = sorted(data.attributes.CLASSES.get(find_case(config, case)["dataset"], {}))
     wanted = config["attribute"]["attributes"]
     return names if wanted is None else [a for a in wanted if a in names]
+
+
+def zoo_attributes(config: dict, case: str) -> list[str]:
+    """The attributes RecUP-FL's model zoo of ``case`` is trained for: those the defense of
+    a planned setting that loads a zoo protects (its ``attributes``; null: every one of the
+    case's), or every one of the case's where none names them."""
+    names, protected = attributes(config, case), set()
+    for planned, setting in jobs(config):
+        name, params = defense_of(config, setting)
+        if planned != case or "model_zoo" not in defenses.needs(name, params).values():
+            continue
+        if params.get("attributes") is None:
+            return names
+        protected.update(params["attributes"])
+    return [a for a in names if a in protected] or names
 
 
 def attribute_cases(config: dict) -> list[str]:

@@ -30,20 +30,25 @@ def local_update(model: nn.Module, batches: Callable[[int], Batch], steps: int,
                    for (n, p0), p1 in zip(model.named_parameters(), local.parameters())})
 
 
-def client_update(model: nn.Module, batches: Callable[[int], Batch], local_steps: int,
-                  local_lr: float, defense: Defense, rng: torch.Generator,
-                  client: int | None = None) -> Update:
-    """The defended upload of a client (its index ``client`` in the partition, where an
-    FL run makes it) whose step-``s`` batch is ``batches(s)``.
+def client_context(model: nn.Module, batches: Callable[[int], Batch], local_steps: int,
+                   local_lr: float, rng: torch.Generator, client: int | None = None
+                   ) -> DefenseContext:
+    """What the defense of a client (its index ``client`` in the partition, where an FL
+    run makes it) whose step-``s`` batch is ``batches(s)`` sees.
 
     One local step (FedSGD) uploads the gradient of ``batches(0)``; more steps upload the
     pseudo-gradient of :func:`local_update`. The defense sees the first batch either way.
     """
     x, y, *rest = batches(0)
     attributes = rest[0] if rest else None
-    if local_steps == 1:
-        return defense(DefenseContext(model, x, y, rng, attributes=attributes, client=client))
-    pseudo = local_update(model, lambda s: (x, y) if s == 0 else batches(s), local_steps,
-                          local_lr)
-    return defense(DefenseContext(model, x, y, rng, gradient=pseudo, attributes=attributes,
-                                  client=client))
+    pseudo = None if local_steps == 1 else local_update(
+        model, lambda s: (x, y) if s == 0 else batches(s), local_steps, local_lr)
+    return DefenseContext(model, x, y, rng, gradient=pseudo, attributes=attributes,
+                          client=client)
+
+
+def client_update(model: nn.Module, batches: Callable[[int], Batch], local_steps: int,
+                  local_lr: float, defense: Defense, rng: torch.Generator,
+                  client: int | None = None) -> Update:
+    """The defended upload of a client (:func:`client_context`)."""
+    return defense(client_context(model, batches, local_steps, local_lr, rng, client))

@@ -125,7 +125,7 @@ def finish(fig: Figure, title: str, legend_title: str | None = None,
     if handles:
         fig.legend(handles.values(), handles.keys(), title=legend_title, fontsize="small",
                    loc="outside right center")
-    fig.canvas.draw()  # lays the figure out: labels are measured where they will be
+    fig.draw_without_rendering()  # lays the figure out: labels are measured where they will be
     renderer = fig.canvas.get_renderer()
     for ax in fig.axes:
         kept = []
