@@ -16,6 +16,17 @@ os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _torch_state_as_at_start():
+    """Each test starts from one thread and torch's own kernels: a job run in-process sets its
+    thread count and deterministic kernels (``seed_everything``), and under pytest-xdist which
+    tests ran before in the same worker would otherwise change what a later one trains."""
+    yield
+    torch.set_num_threads(1)
+    if torch.are_deterministic_algorithms_enabled():
+        torch.use_deterministic_algorithms(False)
+
+
 def readme_block(heading: str, language: str, number: int = 1) -> str:
     """The ``number``-th ``language`` block after the README heading ``heading``."""
     readme = (REPO / "README.md").read_text()

@@ -7,7 +7,7 @@ import torch
 
 from fedleak import defenses, metrics
 from fedleak.models import LeNet
-from fedleak.models.evalnet import monotonicity
+from fedleak.models.evalnet import monotonicity, train_evaluation_network
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +21,20 @@ def context(digits):
     model = LeNet(1, 10, 32)
     return lambda: defenses.DefenseContext(model=model, x=digits.x[:8], y=digits.y[:8],
                                            generator=torch.Generator().manual_seed(0))
+
+
+def test_the_evaluation_network_is_its_seed_s_whatever_ran_before(digits):
+    """``seed`` sets the initial weights too: the global RNG neither changes the network nor
+    is changed by its training (under pytest-xdist, what a worker ran before differs)."""
+    nets = []
+    for before in (0, 1):
+        torch.manual_seed(before)
+        state = torch.get_rng_state()
+        net, _ = train_evaluation_network(digits.x[:64], epochs=1, batch_size=32, lr=1e-3,
+                                          seed=0, widths=(4, 4, 4), progress=False)
+        assert torch.equal(torch.get_rng_state(), state)
+        nets.append(net.state_dict())
+    assert all(torch.equal(nets[0][k], nets[1][k]) for k in nets[0])
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

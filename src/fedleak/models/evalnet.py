@@ -48,14 +48,17 @@ def train_evaluation_network(images: torch.Tensor, *, epochs: int, batch_size: i
     and widths 128/256/512 are the schema's defaults (``evalnet:``).
 
     The loss is binary cross-entropy against the soft target, the likelihood form of
-    Eq. 5 (the paper does not name its loss). It trains on ``images``' device, the shuffles
-    and noise drawn there. Returns the network and the mean loss per epoch.
+    Eq. 5 (the paper does not name its loss). ``seed`` sets the initial weights (the global
+    RNG left untouched) and the shuffles and noise, drawn on ``images``' device, where it
+    trains. Returns the network and the mean loss per epoch.
     """
     from tqdm import tqdm
 
     device = images.device
     rng = torch.Generator(device=device).manual_seed(seed)
-    net = EvaluationNetwork(images.shape[1], images.shape[-1], tuple(widths)).to(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        net = EvaluationNetwork(images.shape[1], images.shape[-1], tuple(widths)).to(device)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     ratios = torch.tensor(RATIOS, device=device)
     losses = []
