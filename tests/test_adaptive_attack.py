@@ -142,6 +142,23 @@ def test_random_defenses_are_sampled_afresh_each_draw(pool, name, params):
     assert _moves_images(images, first)
 
 
+@pytest.mark.parametrize("variant", ["algorithm1", "official", "orthogonal"])
+def test_censor_s_clean_gradient_fallback_is_matched_as_it_is(small_digits, variant):
+    """Alg. 1's and the official code's fallback uploads the clean gradient: the adaptive
+    attacker tells it by its bias signature and matches its trial itself there, an Eq. 12
+    draw wherever a candidate was uploaded (and always under the orthogonal reading)."""
+    defense = defenses.build("censor", trials=1, variant=variant)
+    told = []
+    for i, (model, x, y) in enumerate(lenet_victims(small_digits, 12)):
+        upload = defense(DefenseContext(model, x, y, torch.Generator().manual_seed(i)))
+        _, trial, ctx = _trial((model, x, y))
+        out = defense.adaptive(trial, ctx, upload)
+        told.append((upload.info["fallback"], all(torch.equal(out[k], trial[k]) for k in trial)))
+    assert all(fallback == as_is for fallback, as_is in told)
+    assert {fallback for fallback, _ in told} == ({False} if variant == "orthogonal" else
+                                                   {True, False})
+
+
 def test_refiner_and_none_match_the_trial_itself(pool):
     images, trial, ctx = _trial(pool[0])
     stand_in = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(1))  # untrained

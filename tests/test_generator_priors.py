@@ -156,8 +156,10 @@ def test_gias_searches_the_latent_then_the_generator_of_every_kind(weights, kind
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("optimizer", ["adam", "cmaes"])
 def test_gga_searches_every_kind(weights, kind, optimizer):
+    """CMA-ES gets 20 rounds of 16: in 10 of 8, on the DCGAN's 200 latent dimensions, the
+    first round's best was sometimes never beaten (near random search at that budget)."""
     gga = attacks.build("gga", generator=_prior(kind, weights), optimizer=optimizer,
-                        iterations=10, population=8, restarts=1, lr=0.1)
+                        iterations=20, population=16, restarts=1, lr=0.1)
     rec = gga(_observation())
     assert rec.images.shape == (2, 3, 32, 32)
     assert _gradient_loss_falls(rec)

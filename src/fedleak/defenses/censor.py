@@ -17,7 +17,10 @@ Three readings of Alg. 1 (``variant``), which disagree on what is uploaded:
 - ``official`` (the official code, REFERENCE.md): Eq. 12 divided by ||g|| instead of
   ||g||^2 (not orthogonal unless ||g|| = 1), and the same clean-gradient fallback.
 
-Every upload records in ``Update.info["fallback"]`` whether it is the clean gradient.
+Every upload records in ``Update.info["fallback"]`` whether it is the clean gradient. The
+adaptive attacker (EOT over Eq. 12's draws) tells a fallback upload from a candidate by
+softmax cross-entropy's signature, an output-layer bias gradient summing to zero
+(sum_c (p_c - y_c) = 0 for every example), which an orthogonalised normal proposal lacks.
 ``scope: model`` orthogonalises the whole gradient as one vector instead of layer by layer
 (Table VII's comparison).
 
@@ -53,6 +56,17 @@ def orthogonalise(proposal: torch.Tensor, g: torch.Tensor, official: bool = Fals
         return torch.zeros_like(g)
     o = proposal - (proposal * g).sum() / denom * g
     return o * (g.norm() / (o.norm() + 1e-12))
+
+
+def is_clean_gradient(upload: Update, model: nn.Module, tolerance: float = 1e-4) -> bool:
+    """Whether ``upload``'s output-layer bias gradient sums to zero, as a cross-entropy
+    gradient's does, within ``tolerance`` of its L1 norm; false without such a bias."""
+    weights = [n for n, p in model.named_parameters() if p.ndim == 2]
+    bias = weights[-1].removesuffix("weight") + "bias" if weights else None
+    if bias not in upload:
+        return False
+    g = upload[bias].detach()
+    return float(g.sum().abs()) <= tolerance * float(g.abs().sum())
 
 
 @register("censor")
@@ -108,6 +122,16 @@ class Censor(Defense):
         """EOT's sample (CENSOR §V-D): one orthogonalised, rescaled proposal of ``trial``,
         without the loss-based choice among trials (not differentiable)."""
         return self.candidate(trial, ctx.model, len(ctx.x), ctx.rng)
+
+    def adaptive(self, trial: Update, ctx: DefenseContext, received: Update) -> Update:
+        """A draw of Eq. 12 (:meth:`sample`), or ``trial`` itself where ``received`` is the
+        clean gradient (Alg. 1's fallback, told by :func:`is_clean_gradient`). Public
+        proposals are gradients themselves and carry the same signature, so with them every
+        upload is taken for a candidate."""
+        if self.variant != "orthogonal" and self.proposal == "normal" and \
+                is_clean_gradient(received, ctx.model):
+            return trial
+        return self.sample(trial, ctx)
 
     def __call__(self, ctx: DefenseContext) -> Update:
         true = ctx.true_gradient()
