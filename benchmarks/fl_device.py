@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 
 from fedleak import config, defenses, models
-from fedleak.data.datasets import ImageData
+from fedleak.data.image_data import ImageData
 from fedleak.data.splits import partition
 from fedleak.fl import FLSettings, run_federated
 from fedleak.utils.device import resolve, select

@@ -13,6 +13,9 @@ from scipy.stats import chi2_contingency
 
 from fedleak import data, models
 from fedleak.data import attributes as A
+from fedleak.data.adult import ADULT_CONTINUOUS, adult_feature_names
+from fedleak.data.audiomnist import AUDIO_RATE, spectrogram
+from fedleak.data.digit_attributes import slant, stroke_width, within_class_bins
 from fedleak.utils.io import read_json
 
 PAPER_SHAPES = {"lfw": (3, 62, 47), "celeba": (3, 32, 32), "audiomnist": (1, 64, 64),
@@ -74,7 +77,7 @@ def test_digit_task_option_and_errors():
 def test_within_class_bins_are_exact_quantiles_per_class():
     values = np.array([5.0, 1.0, 3.0, 2.0, 4.0, 6.0, 9.0, 7.0, 8.0])
     labels = np.array([0, 0, 0, 0, 0, 0, 1, 1, 1])
-    bins = A.within_class_bins(values, labels, 3)
+    bins = within_class_bins(values, labels, 3)
     assert bins.tolist() == [2, 0, 1, 0, 1, 2, 2, 0, 1]
 
 
@@ -84,12 +87,12 @@ def test_slant_and_stroke_measure_what_they_say():
     leaning = np.zeros((32, 32))
     for r in range(4, 28):
         leaning[r, 15 + (16 - r) // 3] = 1.0  # top to the right
-    assert abs(A.slant(image[None])[0]) < 1e-9
-    assert A.slant(leaning[None])[0] > 0.2
-    assert A.slant(leaning[None, :, ::-1].copy())[0] < -0.2
+    assert abs(slant(image[None])[0]) < 1e-9
+    assert slant(leaning[None])[0] > 0.2
+    assert slant(leaning[None, :, ::-1].copy())[0] < -0.2
     thick = np.zeros((32, 32))
     thick[4:28, 14:17] = 1.0
-    widths = A.stroke_width(np.stack([image, thick]))
+    widths = stroke_width(np.stack([image, thick]))
     assert widths[0] == pytest.approx(1.0, abs=0.15) and widths[1] == pytest.approx(3.0, abs=0.5)
 
 
@@ -236,7 +239,7 @@ def _write_adult(root, data_rows=ADULT_ROWS, test_rows=ADULT_TEST_ROWS):
 def test_adult_from_local_uci_files(tmp_path):
     root = _write_adult(tmp_path / "adult")
     adult = data.load("adult", root=str(root), split="all", drop=["race"])
-    names = A.adult_feature_names(["race"])
+    names = adult_feature_names(["race"])
     assert adult.x.shape == (5, 1, 1, 103) and len(names) == 103
     assert adult.y.tolist() == [0, 1, 0, 0, 1] and adult.num_classes == 2
     assert adult.attributes["race"].tolist() == [0, 3, 1, 4, 2]  # White Black Asian Other Indian
@@ -247,7 +250,7 @@ def test_adult_from_local_uci_files(tmp_path):
     assert age == pytest.approx([14 / 25, 1.0, 13 / 25, 0, 19 / 25])
     assert rows[2, names.index("workclass=?")] == 1
     assert rows[3, names.index("native-country=Mexico")] == 1
-    assert (rows[:, len(A.ADULT_CONTINUOUS):].sum(1) == 7).all()  # one hot per categorical
+    assert (rows[:, len(ADULT_CONTINUOUS):].sum(1) == 7).all()  # one hot per categorical
     assert not any(n.startswith("race=") for n in names)
     assert data.load_adult(root, split="test", drop=["race", "sex"]).x.shape == (2, 1, 1, 101)
 
@@ -322,10 +325,10 @@ def test_celeba_from_a_local_folder(tmp_path):
 def test_spectrogram_places_a_tone_at_its_frequency():
     rate, size = 48000, 64
     t = np.arange(int(0.6 * rate)) / rate
-    image = A.spectrogram(np.sin(2 * np.pi * 1000 * t), rate, size)
+    image = spectrogram(np.sin(2 * np.pi * 1000 * t), rate, size)
     assert image.shape == (size, size) and 0 <= float(image.min()) and float(image.max()) <= 1
     row = int(image.mean(1).argmax())
-    expected = size - 1 - round(1000 / (A.AUDIO_RATE / 2) * (size - 1))
+    expected = size - 1 - round(1000 / (AUDIO_RATE / 2) * (size - 1))
     assert abs(row - expected) <= 1
 
 

@@ -406,3 +406,8 @@ class Setting:
         """This setting without the overrides whose key starts with one of ``prefixes``."""
         kept = tuple((k, v) for k, v in self.overrides if not k.startswith(prefixes))
         return Setting(self.defense, self.strength, kept)
+
+
+def is_ablation(label: str) -> bool:
+    """Whether a setting label carries overrides (``refiner~beta=0.5``, :attr:`Setting.label`)."""
+    return _SEPARATOR in label

@@ -1,14 +1,13 @@
 """Datasets, splits, client partitions and prepared-data manifests."""
 
-from fedleak.data.attributes import (
-    load_adult,
-    load_audiomnist,
-    load_celeba,
-    load_digits_attributes,
-    load_lfw,
-    load_mnist_attributes,
-)
-from fedleak.data.datasets import DATASETS, ImageData, load, load_digits, load_mnist, load_natural
+from fedleak.data.adult import load_adult
+from fedleak.data.audiomnist import load_audiomnist
+from fedleak.data.celeba import load_celeba
+from fedleak.data.datasets import DATASETS, load, load_natural
+from fedleak.data.digit_attributes import load_digits_attributes, load_mnist_attributes
+from fedleak.data.digits import load_digits, load_mnist
+from fedleak.data.image_data import ImageData
+from fedleak.data.lfw import load_lfw
 from fedleak.data.prepared import attribute_classes, load_prepared, prepare, read_manifest
 from fedleak.data.splits import (
     attribute_partition,

@@ -1,13 +1,14 @@
-"""Datasets as float tensors in [0, 1], shape (N, C, H, W), with integer labels.
+"""Datasets by name (``load``, ``missing``) as float tensors in [0, 1], shape (N, C, H, W),
+with integer labels.
 
-- ``digits``: scikit-learn's bundled handwritten digits (1,797 images, 8x8, 10
-  classes), bilinearly upsampled to 32x32; 1 or 3 channels. ``load("digits")`` adds the
-  sensitive attributes ``ink``, ``slant`` and ``stroke`` of ``digits_attributes`` (terciles
-  within each digit, so independent of the label).
+- ``digits``: scikit-learn's bundled handwritten digits (``fedleak.data.digits``: 1,797
+  images, 8x8, 10 classes), bilinearly upsampled to 32x32; 1 or 3 channels.
+  ``load("digits")`` adds the sensitive attributes ``ink``, ``slant`` and ``stroke`` of
+  ``digits_attributes`` (terciles within each digit, so independent of the label).
 - ``natural``: seeded random 32x32 crops, at several scales, of the photographs
   bundled with scikit-image (``skimage.data``); label = index of the photograph.
-- ``mnist``: the MNIST idx files read with torchvision's readers from a local
-  root laid out as torchvision does (``<root>/MNIST/raw/``).
+- ``mnist``: the MNIST idx files (``fedleak.data.digits``) read with torchvision's readers
+  from a local root laid out as torchvision does (``<root>/MNIST/raw/``).
 - ``cifar10``, ``cifar100``, ``svhn``: torchvision's datasets from a local root,
   downloaded by torchvision only when ``download`` is set.
 - ``imagenet``, ``tinyimagenet``, ``ffhq``: a local folder in torchvision's ImageFolder
@@ -18,23 +19,24 @@
   ``audiomnist``: a task label and sensitive attributes (RecUP-FL), loaded by
   ``fedleak.data.attributes`` (see there).
 
-Smoke runs replace a paper dataset by a stand-in of its image shape and class count
-(``stand_in``): ``digits`` (the bundled digits resized, labels kept) or ``fake``
+Smoke runs replace a paper dataset by a stand-in of its image shape (``SHAPES``) and class
+count (``stand_in``): ``digits`` (the bundled digits resized, labels kept) or ``fake``
 (torchvision's FakeData: seeded noise, for shapes only). An attribute dataset's stand-in
 also carries its attributes (``attributes.stand_in``).
 """
 
 from __future__ import annotations
 
-import gzip
-import shutil
-import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from fedleak.data import attributes
+from fedleak.data.digit_attributes import digit_attributes
+from fedleak.data.digits import load_digits, load_mnist
+from fedleak.data.image_data import SHAPES, ImageData, to_channels
 
 ATTRIBUTE_DATASETS = ("digits_attributes", "mnist_attributes", "adult", "lfw", "celeba",
                       "audiomnist")  # fedleak.data.attributes
@@ -43,72 +45,11 @@ DATASETS = ("digits", "natural", "mnist", "cifar10", "cifar100", "svhn", "imagen
 IMAGE_FOLDERS = {"imagenet": 1000, "tinyimagenet": 200, "ffhq": 10}  # classes
 TORCHVISION = {"cifar10": ("CIFAR10", "cifar-10-batches-py"),
                "cifar100": ("CIFAR100", "cifar-100-python"), "svhn": ("SVHN", "svhn")}
-# (channels, height, width, classes) of the datasets a stand-in imitates
-SHAPES = {"mnist": (1, 28, 28, 10), "cifar10": (3, 32, 32, 10), "cifar100": (3, 32, 32, 100),
-          "svhn": (3, 32, 32, 10), "imagenet": (3, 64, 64, 1000),
-          "tinyimagenet": (3, 64, 64, 200), "ffhq": (3, 32, 32, 10),
-          # attribute datasets: task classes; adult's rows are (1, 1, features)
-          "mnist_attributes": (1, 28, 28, 2), "adult": (1, 1, 103, 2), "lfw": (3, 62, 47, 2),
-          "celeba": (3, 32, 32, 2), "audiomnist": (1, 64, 64, 10)}
 STAND_IN_SIZE = 1000
 NATURAL_PHOTOS = (
     "astronaut", "brick", "camera", "cat", "coffee", "coins", "grass", "gravel",
     "hubble_deep_field", "immunohistochemistry", "moon", "retina", "rocket", "text",
 )
-
-
-@dataclass(frozen=True)
-class ImageData:
-    """Images (or tabular rows stored as (N, 1, 1, F)) with task labels and, for attribute
-    tasks (RecUP-FL), sensitive attributes: name -> (N,) int64, independent of ``y``."""
-
-    x: torch.Tensor  # (N, C, H, W) float32 in [0, 1]
-    y: torch.Tensor  # (N,) int64
-    num_classes: int
-    attributes: dict[str, torch.Tensor] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.x.ndim != 4 or self.x.shape[0] != self.y.shape[0]:
-            raise ValueError(f"expected x (N,C,H,W) and y (N,), got {tuple(self.x.shape)} "
-                             f"and {tuple(self.y.shape)}")
-        for name, values in self.attributes.items():
-            if tuple(values.shape) != (self.x.shape[0],):
-                raise ValueError(f"attribute {name!r} must have shape ({self.x.shape[0]},), "
-                                 f"got {tuple(values.shape)}")
-
-    def __len__(self) -> int:
-        return self.x.shape[0]
-
-    def subset(self, idx: torch.Tensor) -> ImageData:
-        """The samples at ``idx``, attributes included."""
-        return ImageData(self.x[idx], self.y[idx], self.num_classes,
-                         {k: v[idx] for k, v in self.attributes.items()})
-
-    def to(self, device: torch.device | str) -> ImageData:
-        """The same samples with every tensor on ``device`` (a phase's data, moved once)."""
-        return ImageData(self.x.to(device), self.y.to(device), self.num_classes,
-                         {k: v.to(device) for k, v in self.attributes.items()})
-
-
-def to_channels(x: torch.Tensor, channels: int) -> torch.Tensor:
-    if channels not in (1, 3):
-        raise ValueError(f"channels must be 1 or 3, got {channels}")
-    if x.shape[1] == channels:
-        return x
-    if x.shape[1] == 1:
-        return x.repeat(1, 3, 1, 1)
-    weights = torch.tensor([0.299, 0.587, 0.114], dtype=x.dtype, device=x.device)
-    return (x * weights.view(1, 3, 1, 1)).sum(1, keepdim=True)
-
-
-def load_digits(channels: int = 1, size: int = 32) -> ImageData:
-    from sklearn.datasets import load_digits as sk_digits
-
-    bunch = sk_digits()
-    x = torch.from_numpy(bunch.images.astype(np.float32) / 16.0).unsqueeze(1)
-    x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False).clamp(0, 1)
-    y = torch.from_numpy(bunch.target.astype(np.int64))
-    return ImageData(to_channels(x, channels).contiguous(), y, 10)
 
 
 def load_natural(count: int, seed: int, channels: int = 3, size: int = 32) -> ImageData:
@@ -144,63 +85,6 @@ def load_natural(count: int, seed: int, channels: int = 3, size: int = 32) -> Im
     x = torch.from_numpy(crops).permute(0, 3, 1, 2).clamp(0, 1)
     return ImageData(to_channels(x, channels).contiguous(), torch.from_numpy(labels),
                      len(NATURAL_PHOTOS))
-
-
-def load_mnist(root: str | Path, split: str = "test", download: bool = False) -> ImageData:
-    """MNIST from ``<root>/MNIST/raw`` (idx files, gzipped or not), read by torchvision."""
-    from torchvision.datasets import MNIST
-    from torchvision.datasets.mnist import read_image_file, read_label_file
-
-    if split not in ("train", "test"):
-        raise ValueError(f"mnist split must be 'train' or 'test', got {split!r}")
-    raw = Path(root) / "MNIST" / "raw"
-    prefix = "t10k" if split == "test" else "train"
-    names = (f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte")
-
-    def locate(name: str) -> Path | None:
-        for candidate in (raw / name, raw / f"{name}.gz"):
-            if candidate.is_file():
-                return candidate
-        return None
-
-    if download and not all(locate(n) for n in names):
-        try:
-            MNIST(str(root), train=split == "train", download=True)
-        except Exception as exc:  # no network, mirror down, ...
-            raise FileNotFoundError(
-                f"MNIST {split} split not found under {raw} and the download failed ({exc}); "
-                f"place {names[0]}.gz and {names[1]}.gz there") from exc
-    found = [locate(n) for n in names]
-    if not all(found):
-        raise FileNotFoundError(
-            f"MNIST {split} split not found: expected {raw / names[0]}(.gz) and "
-            f"{raw / names[1]}(.gz); set datasets.mnist.root to the folder holding MNIST/raw "
-            f"or datasets.mnist.download: true where a network is available")
-    with tempfile.TemporaryDirectory() as tmp:
-        read = []
-        for path, reader in zip(found, (read_image_file, read_label_file)):
-            try:
-                if path.suffix == ".gz":
-                    target = Path(tmp) / path.stem
-                    with gzip.open(path, "rb") as src, open(target, "wb") as dst:
-                        shutil.copyfileobj(src, dst)
-                    plain = target
-                else:
-                    plain = path
-                read.append(reader(str(plain)))
-            except (OSError, EOFError, RuntimeError, ValueError, AssertionError) as err:
-                raise ValueError(
-                    f"MNIST file {path} is truncated or corrupted ({type(err).__name__}: "
-                    f"{' '.join(str(err).split())[:120] or 'bad header'}); replace it with a "
-                    f"fresh copy, e.g. delete it and run torchvision.datasets.MNIST(root, "
-                    f"download=True) where a network is available") from None
-        images, labels = read
-    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-        raise ValueError(f"MNIST files {found[0]} and {found[1]} do not match: "
-                         f"{tuple(images.shape)} images, {tuple(labels.shape)} labels; "
-                         f"replace them with fresh copies (torchvision.datasets.MNIST)")
-    x = (images.float() / 255.0).unsqueeze(1).contiguous()
-    return ImageData(x, labels.long(), 10)
 
 
 def load_torchvision(name: str, root: str | Path, split: str = "train",
@@ -270,9 +154,7 @@ def load_stand_in(name: str, kind: str, seed: int = 0) -> ImageData:
         raise ValueError(f"no stand-in shape for dataset {name!r}; expected one of "
                          f"{sorted(SHAPES)}")
     if name in ATTRIBUTE_DATASETS:
-        from fedleak.data.attributes import stand_in
-
-        return stand_in(name, kind, seed)
+        return attributes.stand_in(name, kind, seed)
     channels, height, width, classes = SHAPES[name]
     if kind == "digits":
         digits = load_digits(channels, height)
@@ -295,9 +177,7 @@ def missing(name: str, options: dict) -> str | None:
     if options.get("stand_in"):
         return None
     if name in ATTRIBUTE_DATASETS:
-        from fedleak.data.attributes import missing as missing_attribute_data
-
-        return missing_attribute_data(name, options)
+        return attributes.missing(name, options)
     if options.get("download") or name not in {"mnist", *TORCHVISION, *IMAGE_FOLDERS}:
         return None
     root = Path(options["root"])
@@ -333,16 +213,12 @@ def load(name: str, **options) -> ImageData:
     if name in IMAGE_FOLDERS:
         return load_image_folder(name, **options)
     if name in ATTRIBUTE_DATASETS:
-        from fedleak.data.attributes import LOADERS
-
-        return LOADERS[name](**options)
+        return attributes.LOADERS[name](**options)
     if name == "digits":  # with the attributes that the digit does not imply
-        from fedleak.data.attributes import CLASSES, digit_attributes
-
         digits = load_digits(**options)
         found = digit_attributes(digits.x, digits.y)
         return ImageData(digits.x, digits.y, digits.num_classes,
-                         {a: found[a] for a in CLASSES["digits"]})
+                         {a: found[a] for a in attributes.CLASSES["digits"]})
     loaders = {"natural": load_natural, "mnist": load_mnist}
     if name not in loaders:
         raise ValueError(f"unknown dataset {name!r}; expected one of {sorted(DATASETS)}")

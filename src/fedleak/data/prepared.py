@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from fedleak.data.attributes import CLASSES
-from fedleak.data.datasets import ImageData, load
+from fedleak.data.datasets import load
+from fedleak.data.image_data import ImageData
 from fedleak.data.splits import stratified_splits
 from fedleak.utils.io import read_json, save_npy, sha256_file, write_json
 

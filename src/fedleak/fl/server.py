@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from fedleak.data.datasets import ImageData
+from fedleak.data.image_data import ImageData
 from fedleak.fl.client import Defense, client_update
 from fedleak.metrics.utility import evaluate
 

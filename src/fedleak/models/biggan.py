@@ -43,6 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedleak.models.port_state import load_port_state
+
 # The port's channel multipliers per resolution 4, 8, ..., resolution (BigGAN-deep Table 5).
 PORT_WIDTHS = {128: (16, 16, 8, 4, 2, 1), 256: (16, 16, 8, 8, 4, 2, 1),
                512: (16, 16, 8, 8, 4, 2, 1, 1)}
@@ -280,8 +282,6 @@ def load_biggan(path: str | os.PathLike, resolution: int, **architecture) -> Big
     ``pytorch_model.bin`` (a state dict), read with ``weights_only=True``; eval mode.
     ``architecture``: ``BigGANGenerator``'s other arguments (the port's ``config.json``:
     z_dim -> latent_dim, channel_width, num_classes)."""
-    from fedleak.models.ported import load_port_state
-
     net = BigGANGenerator(resolution, **architecture)
     what = (f"the BigGAN-deep generator (huggingface/pytorch-pretrained-BigGAN layout, "
             f"resolution {resolution}, latent {net.latent_dim}, widths {net.widths} x "

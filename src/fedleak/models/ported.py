@@ -1,64 +1,19 @@
-"""Loading a public PyTorch port's generator weights into fedleak's re-implementation.
-
-The ports (rosinality/stylegan2-pytorch, huggingface/pytorch-pretrained-BigGAN) publish
-their weights as a ``torch.save`` of a state dict (StyleGAN2: inside a dict under ``g_ema``).
-fedleak's modules use the same parameter and buffer names, so the file loads key for key,
-read with ``weights_only=True`` (``fedleak.utils.io.load_torch``); a file that does not fit
-is refused naming the file and the first missing, unexpected or mis-shaped key.
-``architecture`` reads the configuration's ``gan:`` into a generator's constructor
-arguments.
-"""
+"""The configuration's ``gan:`` read into a pretrained generator's class and constructor
+arguments: StyleGAN2 or BigGAN-deep, loadable from their public PyTorch ports' weights
+(``port_state``)."""
 
 from __future__ import annotations
 
-import os
-
-import torch
 from torch import nn
 
-from fedleak.utils.io import ArtifactError, load_torch
-
-REMEDY = "check the file and the architecture settings (resolution, widths, latent size)"
-
-
-def load_port_state(module: nn.Module, path: str | os.PathLike, what: str,
-                    container: str | None = None) -> nn.Module:
-    """``module`` with the state dict read from ``path`` (under the key ``container`` when
-    the file is a dict holding it, or the file itself), in eval mode. FileNotFoundError
-    when ``path`` is absent; ArtifactError naming ``path`` and the first missing,
-    unexpected or mis-shaped key when the state does not fit ``what``."""
-    saved = load_torch(path)
-    state = saved.get(container, saved) if container and isinstance(saved, dict) else saved
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor)
-                                              for v in state.values()):
-        holder = f" or a dict holding one under {container!r}" if container else ""
-        raise ArtifactError(f"{path} is not a state dict of {what} (expected a dict of "
-                            f"tensors{holder}); {REMEDY}")
-    expected = module.state_dict()
-    missing = [k for k in expected if k not in state]
-    if missing:
-        raise ArtifactError(f"{path} does not fit {what}: missing key {missing[0]!r} "
-                            f"({len(missing)} missing); {REMEDY}")
-    unexpected = [k for k in state if k not in expected]
-    if unexpected:
-        raise ArtifactError(f"{path} does not fit {what}: unexpected key {unexpected[0]!r} "
-                            f"({len(unexpected)} unexpected); {REMEDY}")
-    for key, value in expected.items():
-        if state[key].shape != value.shape:
-            raise ArtifactError(f"{path} does not fit {what}: key {key!r} has shape "
-                                f"{tuple(state[key].shape)}, expected {tuple(value.shape)}; "
-                                f"{REMEDY}")
-    module.load_state_dict(state)
-    return module.eval()
+from fedleak.models.biggan import BigGANGenerator
+from fedleak.models.stylegan2 import StyleGAN2Generator
 
 
 def architecture(gan: dict) -> tuple[type[nn.Module], dict]:
     """The pretrained kind's generator class and its constructor arguments, from the
     configuration's ``gan:`` (``gan.kind`` stylegan2 or biggan, ``gan.resolution`` and the
     kind's section; widths listed per resolution 4, 8, ...)."""
-    from fedleak.models.biggan import BigGANGenerator
-    from fedleak.models.stylegan2 import StyleGAN2Generator
-
     kind, spec = gan["kind"], gan[gan["kind"]]
     widths = spec["widths"]
     if kind == "stylegan2":

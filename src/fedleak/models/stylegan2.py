@@ -47,6 +47,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedleak.models.port_state import load_port_state
+
 SQRT2 = math.sqrt(2.0)
 BLUR = (1.0, 3.0, 3.0, 1.0)
 
@@ -304,8 +306,6 @@ def load_stylegan2(path: str | os.PathLike, resolution: int, latent_dim: int = 5
     are ignored) or a bare ``g_ema`` state dict, read with ``weights_only=True``; eval mode.
     A training checkpoint of the port also pickles its argparse ``args``, which
     ``weights_only`` refuses: save ``{"g_ema": ckpt["g_ema"]}`` from it first."""
-    from fedleak.models.ported import load_port_state
-
     net = StyleGAN2Generator(resolution, latent_dim, n_mlp, channel_multiplier, widths=widths)
     what = (f"the StyleGAN2 generator (rosinality/stylegan2-pytorch 'g_ema' layout, "
             f"resolution {resolution}, latent {latent_dim}, {n_mlp} mapping layers, "

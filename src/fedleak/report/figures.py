@@ -23,8 +23,8 @@ from fedleak.report.style import (  # noqa: E402
     log_if_spread,
     series_styles,
 )
-from fedleak.report.tables import ATTACK_KEYS, is_ablation, load_record  # noqa: E402
-from fedleak.types import ADAPTIVE, PAPER  # noqa: E402
+from fedleak.report.tables import ATTACK_KEYS, load_record  # noqa: E402
+from fedleak.types import ADAPTIVE, PAPER, is_ablation  # noqa: E402
 from fedleak.utils.io import atomic_path  # noqa: E402
 
 DPI = 150

@@ -57,8 +57,7 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from fedleak import config as cfg  # noqa: E402
 from fedleak.report.style import case_text, finish  # noqa: E402
-from fedleak.report.tables import is_ablation  # noqa: E402
-from fedleak.types import PAPER  # noqa: E402
+from fedleak.types import PAPER, is_ablation  # noqa: E402
 
 PMM_LEVELS = (90, 95, 99)
 GROUP_KEYS = ["case", "attack", "attacker"]

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from fedleak.metrics.utility import pmm
-from fedleak.types import PAPER
+from fedleak.report.matched_utility import matched_utility
+from fedleak.types import PAPER, is_ablation
 from fedleak.utils.io import atomic_path
 
 IMAGE_METRICS = ["psnr", "ssim", "mse", "lpips", "stlpips", "noise_ratio"]
@@ -205,19 +206,12 @@ def censor_table(tradeoff: pd.DataFrame, utility: pd.DataFrame) -> pd.DataFrame:
     return wide.reset_index().sort_values(keys, kind="stable")
 
 
-def is_ablation(defense: str) -> bool:
-    """Settings with overrides carry them in their name (``refiner~beta=0.5``, Setting.label)."""
-    return "~" in defense
-
-
 def write_tables(fl_files: list[Path], attack_files: list[Path], evalnet_files: list[Path],
                  out_dir: Path, names: list[str] | None = None,
                  stronger: dict[str, str] | None = None) -> dict[str, pd.DataFrame]:
     """Build the tables ``names`` (default: all), write them as ``<out_dir>/<name>.csv`` and
     return every table built, by name. ``stronger``: each defense label's direction
     (``matched_utility.defense_directions``) for the matched-utility curves."""
-    from fedleak.report.matched_utility import matched_utility  # it imports this module
-
     utility = utility_table(fl_files)
     privacy = privacy_table(attack_files)
     tradeoff = tradeoff_table(utility, privacy)
