@@ -2,11 +2,11 @@
 per figure outside the panels, strength labels that do not overlap, log axes where values
 span decades and titles naming the case.
 
-A registered defense or attack has a fixed style (its place in the schema's sorted names,
-so ``censor`` looks the same in every figure); ``none`` is a black star. Any other name
-(a configured label such as ``censor_alg1``, a dataset, a swept value) takes the style its
-name hashes to among the ones no registered name holds, or the next free one where two
-series of one figure would coincide.
+A registered defense or attack has the style ``FIXED`` names for it, so ``censor`` looks
+the same in every figure and registering another changes no other's; ``none`` is a black
+star. Any other name (a configured label such as ``censor_alg1``, a dataset, a swept value,
+a class not yet in ``FIXED``) takes the style its name hashes to among those ``FIXED`` does
+not hold, or the next free one where two series of one figure would coincide.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from matplotlib import ticker
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from fedleak import config as cfg
-
 # seaborn's "colorblind" palette, markers and line styles; 10 x 8 x 4 combinations
 COLORS = tuple(sns.color_palette("colorblind", 10).as_hex())
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<")
@@ -33,29 +31,36 @@ LINESTYLES = ("-", "--", "-.", ":")
 _CYCLE = [(COLORS[i % 10], MARKERS[i % 8], LINESTYLES[i % 4]) for i in range(40)]
 COMBOS = _CYCLE + [c for c in itertools.product(COLORS, MARKERS, LINESTYLES) if c not in _CYCLE]
 NONE = {"color": "black", "marker": "*", "linestyle": "-"}
-KNOWN = [n for n in sorted(cfg.schema()["definitions"]["defenses"]) if n != "none"] + sorted(
-    cfg.schema()["definitions"]["attacks"])
+# each registered defense's and attack's index in COMBOS, never changed: a newly registered
+# one is added with the next free index (tests/test_style.py fails until it is)
+FIXED = {
+    "censor": 0, "clipping": 1, "dp_gaussian": 2, "dp_laplace": 3, "layer_noise": 4,
+    "pruning": 5, "quantization": 6, "recupfl": 7, "refiner": 8, "soteria": 9,
+    "dlg": 10, "eot": 11, "gga": 12, "gias": 13, "gifd": 14, "giml": 15, "gradinversion": 16,
+    "idlg": 17, "inverting_gradients": 18, "rgap": 19,
+}
+_HELD = frozenset(FIXED.values())
+# any other name hashes into COMBOS[HASHED:] less _HELD; HASHED stays 20, so that adding a
+# name to FIXED moves only the names that hashed to its index
+HASHED = 20
 LABEL = "strength-label"  # gid of a point label, which finish() may move or drop
 PLACES = ((4, 4), (-4, 4), (4, -4), (-4, -4))  # a label's offsets from its point (points)
-
-
-def _preferred(name) -> int:
-    name = str(name)
-    if name in KNOWN:
-        return KNOWN.index(name)
-    return len(KNOWN) + zlib.crc32(name.encode()) % (len(COMBOS) - len(KNOWN))
 
 
 def series_styles(names: Iterable) -> dict:
     """Each name's style (``color``, ``marker``, ``linestyle``), no two alike."""
     styles, used = {}, set()
-    for name in sorted(set(names), key=lambda n: (str(n) not in KNOWN, str(n))):
+    span = len(COMBOS) - HASHED
+    for name in sorted(set(names), key=lambda n: (str(n) not in FIXED, str(n))):
         if str(name) == "none":
             styles[name] = dict(NONE)
             continue
-        i = _preferred(name)
-        while i in used:  # only names outside KNOWN can meet here
-            i = len(KNOWN) + (i + 1 - len(KNOWN)) % (len(COMBOS) - len(KNOWN))
+        if str(name) in FIXED:
+            i = FIXED[str(name)]
+        else:
+            i = HASHED + zlib.crc32(str(name).encode()) % span
+            while i in used or i in _HELD:
+                i = HASHED + (i + 1 - HASHED) % span
         used.add(i)
         styles[name] = dict(zip(("color", "marker", "linestyle"), COMBOS[i], strict=True))
     return styles
