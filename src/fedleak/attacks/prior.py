@@ -14,7 +14,8 @@ generator kinds (``gan.kind``) through one interface, :class:`GeneratorPrior`:
   (``advance`` maps stage k - 1's variables to stage k's start, ``decoder(k)`` renders
   stage k's variables).
 
-The kinds (docs/decisions.md, 2026-11-26, says what each search means on each):
+The kinds (docs/decisions/0070-pretrained-prior-kinds.md says what each search means on
+each):
 
 - :class:`DCGANPrior` (Radford et al. 2016, trained by ``rule train_gan``): latent z ~ N(0,
   I); parameter search over all its weights; GIFD's blocks the ConvTranspose2d blocks of

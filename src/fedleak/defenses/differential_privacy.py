@@ -10,8 +10,9 @@ scale is absolute (not multiplied by the clip bound). Defaults: sigma = scale =
 The adaptive attacker (issue 33) matches the expectation of the upload over the noise,
 which for zero-mean noise is the clipped trial gradient itself: EOT over the defense's
 randomness with its expectation taken exactly instead of from S draws. Sampled draws
-(the measured alternative, docs/decisions.md) add noise to the trial that the upload's
-own noise does not cancel, and lose 2-5 dB to the plain attack on the embedded default.
+(the measured alternative, docs/decisions/0073-dp-adaptive-expectation.md) add noise to
+the trial that the upload's own noise does not cancel, and lose 2-5 dB to the plain
+attack on the embedded default.
 """
 
 from __future__ import annotations

@@ -51,8 +51,9 @@ core with the paper's zoo (widths 128 .. 2048), bound by reading their weights
 its models with its own generator as if alone; at each step the rows that drew the same
 model pass through it as one batch (one read of its weights), which changes only the
 rounding (one matrix product for the group). The attribute track makes its uploads 100 at
-a time (a RecUP-FL attribute job of the default 84-90 -> 44-49 s; docs/decisions.md),
-and EOT draws for all its stacked victims at once (``adaptive_many``).
+a time (a RecUP-FL attribute job of the default 84-90 -> 44-49 s;
+docs/decisions/0082-recupfl-uploads-together.md), and EOT draws for all its stacked
+victims at once (``adaptive_many``).
 """
 
 from __future__ import annotations
