@@ -236,3 +236,23 @@ def test_the_latent_searchs_cost_is_the_closed_forms_system():
     expected = [np.square(a @ xi.flatten().numpy() - b).sum() / np.square(b).sum() for xi in x]
     cost = system_cost(conv, weight, grad, None, k, z, device="cpu", dtype=torch.float64)(x)
     assert cost.tolist() == pytest.approx(expected, rel=1e-10)
+
+
+def test_the_latent_search_is_the_engines_stage(digits, monkeypatch):
+    """Eq. 11's search runs through the engine's loop like every attack's stage: one
+    ``Victims.solve`` of a Stage whose cost is the system's (no gradient distance), GIAS's
+    schedule (App. H), the restarts drawn from the attack's seed."""
+    from fedleak.attacks import engine
+    from fedleak.attacks.gias import MILESTONES
+
+    seen, solve = [], engine.Victims.solve
+    monkeypatch.setattr(engine.Victims, "solve", lambda self, stage, starts=None: (
+        seen.append((stage, self.restarts, self.seed)) or solve(self, stage, starts)))
+    x, y = in_range_digit(digits)
+    obs = observe(seeded("cnn6", 16), x, y)
+    rec = attacks.build("rgap", prior_layers=1, generator=InRange(x), latent_iterations=20,
+                        latent_restarts=3, seed=5)(obs)
+    [(stage, restarts, seed)] = seen
+    assert stage.distance is None and stage.cost is not None and stage.lr == 3e-2
+    assert (stage.iterations, tuple(stage.milestones), restarts, seed) == (20, MILESTONES, 3, 5)
+    assert 0 <= rec.restart < 3 and len(rec.loss_trace) == 6 + 21

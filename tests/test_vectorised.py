@@ -131,6 +131,28 @@ def test_best_restart_has_the_lowest_final_loss_per_victim(digit_batch):
     assert len(set(run.best_restart().tolist())) > 1
 
 
+def test_a_stage_with_a_cost_minimises_each_victims_own_cost(digit_batch):
+    """A misfit that is no gradient distance (R-GAP's Eq. 11 residual): each victim's cost of
+    its restarts' rendered images, run by the engine's Adam loop and schedule, the same
+    stacked or one problem at a time; a cost stage takes no distance."""
+    observations = observe(lenet(), *digit_batch)
+    targets = {id(obs): torch.full((1, 1, 32, 32), 0.2 * v) for v, obs in enumerate(observations)}
+    stage = Stage(None, 0.1, 40, milestones=(0.5,), regularizers={"tv": 1e-3},
+                  draw=lambda obs, rng: [obs.randn((1, 1, 32, 32), rng)],
+                  cost=lambda obs: lambda images: (images - targets[id(obs)]).square().flatten(1)
+                  .mean(1))
+    runs = [Victims(observations, restarts=2, seed=0, stacked=way).solve(stage)
+            for way in (True, False)]
+    assert torch.equal(runs[0].loss_trace, runs[1].loss_trace)
+    assert runs[0].loss_trace.shape == (40, 3, 2)
+    assert (runs[0].final_loss() < 0.05 * runs[0].loss_trace[0]).all()
+    images = runs[0].images()
+    assert all(abs(float(images[v].mean()) - 0.2 * v) < 0.05 for v in range(3))
+    with pytest.raises(ValueError, match="a stage with a cost has no trial gradient; expected "
+                                         "no distance"):
+        Stage("l2", 0.1, 4, cost=stage.cost)
+
+
 def test_batchnorm_in_training_mode_uses_batch_statistics_like_the_loop(digits):
     """ResNet in training mode: each problem's own batch statistics, as the per-victim
     forward computes them; the caller's running statistics stay untouched."""

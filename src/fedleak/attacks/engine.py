@@ -63,6 +63,9 @@ Moments = list[tuple[torch.Tensor, torch.Tensor]]
 # an attack's own term: (images (P, B, ...), the BatchNorm input moments (P, C) of the last
 # forward, computed when called) -> (P,); called once per evaluation
 Prior = Callable[[torch.Tensor, Callable[[], Moments]], torch.Tensor]
+# a misfit that is no gradient distance: one victim's cost of its restarts' images
+# (R, B, C, H, W) -> (R,), differentiable in them (R-GAP's residual of a layer's system)
+Cost = Callable[[torch.Tensor], torch.Tensor]
 Loss = Callable[..., torch.Tensor]
 
 
@@ -75,13 +78,16 @@ class Stage:
     ``distance`` between each trial gradient (cross-entropy against ``labels(obs)`` or
     ``soft_labels(variables)``, changed by ``transform(obs)``) and ``target(obs)`` (default:
     the observed gradient), plus ``prior(observations, restarts)``'s term and the weighted
-    ``regularizers``. Adam (on the gradient's sign when ``signed``) or L-BFGS runs
+    ``regularizers``. A stage whose misfit is no gradient distance gives ``cost(obs)``, victim
+    ``obs``'s :data:`Cost`, in place of the distance (``distance`` None; no trial gradient,
+    so no labels, target, transformation or prior): its loss is that cost of the rendered
+    images plus the regularisers. Adam (on the gradient's sign when ``signed``) or L-BFGS runs
     ``iterations`` at ``lr``, times 0.1 at each fraction in ``milestones`` or
     ``lr_factor(t)``; after each step ``boxed`` clamps the first variable to [0, 1] and
     ``project(variable, start)`` replaces it. ``stopper`` is copied to every problem, or
     with ``joint`` to every victim, whose restarts then form one problem (their sum)."""
 
-    distance: str
+    distance: str | None
     lr: float
     iterations: int
     draw: Callable[[Observation, torch.Generator], Variables] | None = None
@@ -101,8 +107,16 @@ class Stage:
     stopper: Stopper | None = None
     joint: bool = False
     fixed: int = 0
+    cost: Callable[[Observation], Cost] | None = None
 
     def __post_init__(self) -> None:
+        if self.cost is not None:
+            given = [name for name in ("distance", "soft_labels", "target", "transform", "prior")
+                     if getattr(self, name) is not None]
+            if given:
+                raise ValueError(f"a stage with a cost has no trial gradient; expected no "
+                                 f"{', '.join(given)}, got {given[0]} {getattr(self, given[0])!r}")
+            return
         if self.distance not in DISTANCES:
             raise ValueError(f"distance must be one of {sorted(DISTANCES)}, got "
                              f"{self.distance!r}")
@@ -269,6 +283,8 @@ class Victims:
         victims x ``restarts`` problems, victim-major, stacked or one problem at a time as
         the chunk runs; without the regularisers and prior unless ``regularized``."""
         restarts, chosen = restarts or self.restarts, self.observations
+        if stage.cost is not None:
+            return self._cost_loss(stage, restarts, regularized)
         if isinstance(chosen[0], ObservedSequence):
             return self._sequence_loss(stage, restarts, regularized)
         labels = self.labels(stage).repeat_interleave(restarts, 0)
@@ -284,6 +300,25 @@ class Victims:
                     else None}
         return (stacked_loss if self.stacked else looped_loss)(
             self.model, labels, targets, transforms=transforms, **settings)
+
+    def _cost_loss(self, stage: Stage, restarts: int, regularized: bool) -> Loss:
+        """A cost stage's loss: victim v's ``stage.cost(obs)`` of its restarts' images (rows
+        v R to (v + 1) R), plus each problem's regularisers when ``regularized``."""
+        if self.transforms is not None:
+            raise ValueError("a stage with a cost has no trial gradient for EOT's defense "
+                             "samples to transform; expected a stage with a distance")
+        costs = [stage.cost(obs) for obs in self.observations]
+        regularize = penalty(stage.regularizers) if regularized and stage.regularizers else None
+
+        def loss(images: torch.Tensor, latent: torch.Tensor | None = None,
+                 **_: torch.Tensor) -> torch.Tensor:
+            value = torch.cat([cost(part) for cost, part in zip(costs, images.split(restarts))])
+            if regularize is not None:
+                value = value + torch.stack([regularize(Candidate(
+                    x, None if latent is None else latent[p])) for p, x in enumerate(images)])
+            return value
+
+        return loss
 
     def _sequence_loss(self, stage: Stage, restarts: int, regularized: bool) -> Loss:
         """GIAS App. D, min_x sum_t c(x[S_t]; theta_t, g_t): the sum over the victims'
@@ -339,8 +374,8 @@ class Victims:
             return run(stage, objective, starts, self.snapshots)
 
     def distances(self, stage: Stage, images: torch.Tensor) -> torch.Tensor:
-        """(V, R) the stage's gradient distance alone (after its transformation) at images
-        (V, R, B, ...): how attacks choose among restarts or stages."""
+        """(V, R) the stage's gradient distance (after its transformation) or cost alone at
+        images (V, R, B, ...): how attacks choose among restarts or stages."""
         loss = self.loss(stage, images.shape[1], regularized=False)
         with self._preserved():
             return loss(images.flatten(0, 1)).detach().unflatten(0, images.shape[:2])

@@ -42,9 +42,11 @@ f_{theta,k}(G(z*)), the image that gives it is G(z*), and every layer below is
 f_{theta,r}(G(z*)): the generator fixes the whole input, so the rows of the lower systems
 could only move it off the prior's range (and a pseudo-inverse would put back exactly the
 minimum-norm component the prior is there to choose in a rank-deficient layer). Their
-errors are those of f_{theta,r}(G(z*)). The search is GIAS's latent stage (App. H): Adam
-with eta_z = 3e-2, lr x0.1 at 3/8, 5/8 and 7/8 of ``latent_iterations`` (1,500, §5.1),
-z ~ N(0, I), the best of ``latent_restarts`` (4) by final cost, on the model's device in
+errors are those of f_{theta,r}(G(z*)). The search is GIAS's latent stage (App. H), run
+by the engine as every attack's stage (``RGAP.stage``, an ``engine.Stage`` whose ``cost``
+is this system's, no gradient distance): Adam with eta_z = 3e-2, lr x0.1 at 3/8, 5/8 and
+7/8 of ``latent_iterations`` (1,500, §5.1), z ~ N(0, I) drawn from the attack's seed, the
+best of ``latent_restarts`` (4) by the cost at their final codes, on the model's device in
 float32; the cost is the squared residual of the row-scaled system above relative to
 |b_k|^2. The generator is the GAN prior of ``prior_dataset`` (None: ``gan.dataset``;
 ``needs_for``: only when prior_layers > 0);
@@ -54,7 +56,7 @@ top, then the latent cost per step and its final value (``final_loss``).
 
 from __future__ import annotations
 
-import time
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -64,9 +66,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedleak.attacks.base import Reconstruction, register
-from fedleak.attacks.engine import Attack, Victims
+from fedleak.attacks.engine import Attack, Stage, Victims
 from fedleak.attacks.gias import MILESTONES
-from fedleak.attacks.prior import frozen_copy, latent_dim, to_model_input
+from fedleak.attacks.prior import frozen_copy, latent_dim, rendered
 from fedleak.metrics.layers import layer_errors
 from fedleak.types import Need, Observation, artifact
 
@@ -224,47 +226,14 @@ def _forward(chain, image: torch.Tensor, count: int) -> list[torch.Tensor]:
     return xs
 
 
-Search = Callable[[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]],
-                  tuple[torch.Tensor, list[float]]]
-
-
-def latent_search(generator: nn.Module, input_shape, *, iterations: int, lr: float,
-                  restarts: int, rng: torch.Generator, device) -> Search:
-    """Eq. 11 over z only: ``search(cost, f)`` minimises cost(f(G(z))) by Adam from
-    ``restarts`` codes z ~ N(0, I) (GIAS's latent stage) and returns the best restart's image
-    G(z*) (1, C, H, W) in [0, 1] and its cost per iteration."""
-    frozen = frozen_copy(generator, device)
-    dim = latent_dim(frozen)
-
-    def search(cost, f):
-        z = torch.randn((restarts, dim), generator=rng).to(device).requires_grad_(True)
-        optimizer = torch.optim.Adam([z], lr=lr)
-        schedule = torch.optim.lr_scheduler.MultiStepLR(
-            optimizer, [int(iterations * m) for m in MILESTONES], gamma=0.1)
-        trace = []
-        for _ in range(iterations):
-            optimizer.zero_grad()
-            loss = cost(f(to_model_input(frozen(z), input_shape)))
-            loss.sum().backward()
-            optimizer.step()
-            schedule.step()
-            trace.append(loss.detach())
-        with torch.no_grad():
-            images = to_model_input(frozen(z), input_shape)
-            final = torch.nan_to_num(cost(f(images)), nan=float("inf"))
-        best = int(final.argmin())
-        return images[best:best + 1].detach(), [float(t[best]) for t in trace] + [
-            float(final[best])]
-
-    return search
-
-
 def recover(model: nn.Module, gradient, input_shape, label: int | None, rcond: float,
-            prior_layers: int = 0, search: Search | None = None):
-    """(recovered inputs of every layer, input first; their layer reports; the label; the
-    cost trace of the latent search, empty without one). With ``prior_layers`` = k > 0,
-    ``search(cost, f)`` solves convolution k's system through the generator (module
-    docstring) and the k lowest layers' inputs are f_{theta,r}(G(z*))."""
+            prior_layers: int = 0):
+    """(recovered inputs, input first; their layer reports; the label; the latent search's
+    cost, None without one). Without a prior, every layer's input. With ``prior_layers`` = k
+    > 0 the recursion stops at convolution k: the inputs and reports of the layers above it,
+    convolution k's report first (its rank analysis) and Eq. 11's cost of its input
+    (:func:`system_cost`, on the model's device), which the latent search minimises through
+    the generator (module docstring; :func:`searched` completes the layers below)."""
     chain = standard_form(model)
     shapes, x = [], torch.zeros(1, *input_shape, dtype=torch.float64)
     for _, layer, _ in chain[:-1]:  # each convolution's (input, output) shape
@@ -284,7 +253,6 @@ def recover(model: nn.Module, gradient, input_shape, label: int | None, rcond: f
                              grad.numel(), "forward_constraints": len(k), "rank": x.numel(),
                              "residual": float((grad - torch.outer(k, x)).norm() / grad.norm()),
                              "solved": "head"}]
-    trace: list[float] = []
     for r, ((name, conv, act), (shape, out_shape)) in reversed(list(enumerate(zip(
             chain[:-1], shapes)))):
         z, slope = _invert(act, inputs[0].reshape(out_shape))
@@ -298,27 +266,37 @@ def recover(model: nn.Module, gradient, input_shape, label: int | None, rcond: f
         system = (conv, conv.weight.detach().cpu().double(), observed(conv.weight),
                   None if conv.bias is None else conv.bias.detach().cpu().double(), k, z)
         if r + 1 == prior_layers:  # Eq. 11: x_r = f_{theta,r}(G(z*)), and every layer below
-            cost = system_cost(*system, device=next(model.parameters()).device)
-            image, trace = search(cost, lambda images, depth=r + 1:
-                                  _forward(chain, images, depth)[-1])
-            below = _forward(chain, image.detach().cpu().double(), r + 1)
-            report = {"name": name, **_rank(*system, shape, rcond),
-                      "residual": float(np.sqrt(max(trace[-1], 0.0))), "solved": "latent search"}
-            inputs = [each[0] for each in below] + inputs
-            reports = [{"name": n, "unknowns": int(np.prod(s)), "solved": "G(z*)"}
-                       for (n, _, _), (s, _) in zip(chain[:r], shapes[:r])] + [report] + reports
-            break
+            reports.insert(0, {"name": name, **_rank(*system, shape, rcond),
+                               "solved": "latent search"})
+            return inputs, reports, label, system_cost(
+                *system, device=next(model.parameters()).device)
         x, report = _solve(*system, shape, rcond)
         inputs.insert(0, x)
         reports.insert(0, {"name": name, **report})
         upper = conv
-    return inputs, reports, label, trace
+    return inputs, reports, label, None
+
+
+def searched(model: nn.Module, image: torch.Tensor, cost: float, prior_layers: int,
+             inputs: list, reports: list[dict]) -> tuple[list, list[dict]]:
+    """Every layer's input and report once the latent search found G(z*) = ``image`` (1, C,
+    H, W) at ``cost``, from :func:`recover`'s for the layers above (``inputs``) and from
+    convolution k = ``prior_layers`` up (``reports``): the k lowest inputs f_{theta,r}(G(z*))
+    (float64), convolution k's residual sqrt(cost)."""
+    chain = standard_form(model)
+    below = _forward(chain, image.detach().cpu().double(), prior_layers)
+    shapes = [tuple(x.shape[1:]) for x in below]
+    report = {**reports[0], "residual": float(np.sqrt(max(cost, 0.0)))}
+    lower = [{"name": n, "unknowns": int(np.prod(s)), "solved": "G(z*)"}
+             for (n, _, _), s in zip(chain[:prior_layers - 1], shapes)]
+    return [each[0] for each in below] + inputs, lower + [report] + reports[1:]
 
 
 @register("rgap")
 class RGAP(Attack):
-    """R-GAP (module docstring); closed form, one victim at a time, no restarts; with
-    ``prior_layers`` > 0, R-GAP with a generative model (GIAS Eq. 11)."""
+    """R-GAP (module docstring); closed form (no restarts), one victim at a time; with
+    ``prior_layers`` > 0, R-GAP with a generative model (GIAS Eq. 11), whose latent search
+    is the engine's :meth:`stage`, ``latent_restarts`` restarts."""
 
     vectorisable = False
     records_snapshots = False
@@ -347,6 +325,7 @@ class RGAP(Attack):
         self.prior_dataset = prior_dataset
         self.latent_iterations, self.lr_z, self.latent_restarts = (latent_iterations, lr_z,
                                                                    latent_restarts)
+        self.restarts = latent_restarts if prior_layers > 0 else 1  # the latent search's
         self.seed = seed  # draws the latent codes (the closed form is deterministic)
 
     def check(self, obs: Observation) -> None:
@@ -359,26 +338,49 @@ class RGAP(Attack):
             raise ValueError(f"R-GAP recovers one image from its gradient; got batch_size "
                              f"{obs.batch_size} for {type(obs.model).__name__}")
 
+    def stage(self, victims: Victims, costs: Mapping[int, Callable[[torch.Tensor], torch.Tensor]]
+              ) -> Stage:
+        """Eq. 11 over z only, GIAS's latent stage (App. H): each victim's restarts minimise
+        ``costs[id(obs)]`` (its convolution k's :func:`system_cost`) of f_{theta,k}(G(z)),
+        from z ~ N(0, I); Adam at ``lr_z``, x0.1 at 3/8, 5/8 and 7/8."""
+        frozen = frozen_copy(self.generator, victims.device)
+        dim, depth = latent_dim(frozen), self.prior_layers
+        chain = standard_form(victims.model)
+        return Stage(None, self.lr_z, self.latent_iterations, milestones=MILESTONES,
+                     draw=lambda obs, rng: [obs.randn((1, dim), rng)],
+                     render=rendered(frozen, victims.observations[0].input_shape),
+                     cost=lambda obs: lambda images: costs[id(obs)](
+                         _forward(chain, images[:, 0], depth)[-1]))
+
     def reconstruct(self, victims: Victims) -> list[Reconstruction]:
         for obs in victims.observations:
             self.check(obs)
+        recovered = [recover(obs.model, obs.gradient, obs.input_shape,
+                             None if obs.labels is None else int(obs.labels[0]), self.rcond,
+                             self.prior_layers) for obs in victims.observations]
+        if self.prior_layers:  # the latent search of every victim's restarts, then its layers
+            stage = self.stage(victims, {id(obs): cost for obs, (*_, cost) in zip(
+                victims.observations, recovered)})
+            solution = victims.solve(stage)
+            images = solution.images()
+            final = torch.nan_to_num(victims.distances(stage, images), nan=math.inf).cpu()
+            best = final.argmin(1)
         out = []
-        for v, obs in enumerate(victims.observations):
-            start, param = time.perf_counter(), next(obs.model.parameters())
-            known = None if obs.labels is None else int(obs.labels[0])
-            search = None if self.prior_layers == 0 else latent_search(
-                self.generator, obs.input_shape, iterations=self.latent_iterations,
-                lr=self.lr_z, restarts=self.latent_restarts, device=param.device,
-                rng=torch.Generator().manual_seed(victims.seed + v))
-            inputs, reports, label, latent = recover(obs.model, obs.gradient, obs.input_shape,
-                                                     known, self.rcond, self.prior_layers,
-                                                     search)
+        for v, (obs, (inputs, reports, label, _)) in enumerate(zip(victims.observations,
+                                                                    recovered)):
+            closed = [r["residual"] for r in reversed(reports) if r["solved"] in (
+                "head", "pseudo-inverse")]
+            latent, restart = [], 0
+            if self.prior_layers:
+                restart = int(best[v])
+                latent = solution.trace(v, restart) + [float(final[v, restart])]
+                inputs, reports = searched(obs.model, images[v, restart], latent[-1],
+                                           self.prior_layers, inputs, reports)
+            param = next(obs.model.parameters())
             image = inputs[0].reshape(1, *obs.input_shape).to(param)
-            trace = [r["residual"] for r in reversed(reports) if r["solved"] in (
-                "head", "pseudo-inverse")] + latent
+            trace = closed + latent
             out.append(Reconstruction(
                 image.clamp(0, 1), torch.tensor([label], device=param.device), trace,
-                len(trace), time.perf_counter() - start,
-                "closed_form" if not latent else "closed_form+latent_search",
-                extra={"layers": reports, "inputs": [x.float() for x in inputs]}))
+                len(trace), 0.0, "closed_form" if not latent else "closed_form+latent_search",
+                restart=restart, extra={"layers": reports, "inputs": [x.float() for x in inputs]}))
         return out
