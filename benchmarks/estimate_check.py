@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedleak import config as cfg
-from fedleak.experiment import estimate
+from fedleak.experiment import configuration, estimate
 from fedleak.utils.io import write_text
 
 
@@ -47,7 +46,7 @@ def estimated(results: Path) -> pd.DataFrame:
     resolved = results / "config.resolved.json"
     if not resolved.is_file():
         raise SystemExit(f"{resolved}: missing; expected the results of a snakemake run")
-    config = cfg.validate(json.loads(resolved.read_text()))
+    config = configuration.validate(json.loads(resolved.read_text()))
     found = estimate.plan_jobs(config, None, results)["total"]
     units = {unit for job in found.values() for unit in job.work}
     rates = estimate.calibrate(units, "cpu", config["threads"])

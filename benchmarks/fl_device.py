@@ -29,7 +29,7 @@ from fedleak.utils.device import resolve, select
 from fedleak.utils.io import write_text
 from fedleak.utils.seeding import seed_everything
 
-FL = config.validate({})["fl"]  # the schema's defaults: server optimiser and learning rates
+FL = config.validate_schema({})["fl"]  # the schema's defaults: server optimiser and learning rates
 
 
 def fl_seconds(device: torch.device, rounds: int, clients: int, batch_size: int,

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from fedleak.experiment import configuration
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"
 
@@ -156,9 +158,8 @@ def observe_defended(victim, defense: str, **params):
 
 def tiny_config(defenses: dict | None = None, attacks: dict | None = None, **attack) -> dict:
     """A validated one-round configuration: 16x16 digits, LeNet, 4 clients, 2 victims."""
-    from fedleak import config as cfg
 
-    return cfg.validate({
+    return configuration.validate({
         "threads": 1, "device": "cpu",
         "datasets": {"digits": {"channels": 1, "size": 16}},
         "cases": [{"dataset": "digits", "model": "lenet", "partition": {"clients": 4}}],

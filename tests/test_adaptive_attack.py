@@ -18,7 +18,10 @@ from fedleak import config as cfg
 from fedleak.attacks.eot import DefenseSamples
 from fedleak.defenses.quantization import qsgd
 from fedleak.defenses.soteria import defended_layer
-from fedleak.experiment import paths, phases
+from fedleak.experiment import configuration, paths
+from fedleak.experiment.phases.attack import attack_work, run_attacks
+from fedleak.experiment.phases.fl_run import run_fl
+from fedleak.experiment.phases.prepare_data import prepare_data
 from fedleak.report.tables import privacy_table, tradeoff_table, utility_table
 from fedleak.types import DefenseContext, Setting, Update
 
@@ -168,6 +171,7 @@ def test_refiner_and_none_match_the_trial_itself(pool):
         assert all(torch.equal(out[k], trial[k]) for k in trial)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "deterministic"), [
     ("none", True), ("pruning", True), ("clipping", True), ("soteria", True),
     ("quantization", False), ("dp_gaussian", True), ("layer_noise", False)])
@@ -182,14 +186,14 @@ def test_adaptive_labels_must_be_attacks_eot_wraps():
     base = {"attacks": {"dlg": {}, "inverting_gradients": {}}}
     with pytest.raises(cfg.ConfigError, match=r"'attack.adaptive\[0\]': 'dlg' is not a "
                                               r"configured attack label of"):
-        cfg.validate({**base, "attack": {"adaptive": ["dlg"]}})
+        configuration.validate({**base, "attack": {"adaptive": ["dlg"]}})
     with pytest.raises(cfg.ConfigError, match=r"'attack.adaptive\[0\]': 'gga' .* expected one "
                                               r"of \['inverting_gradients'\]"):
-        cfg.validate({**base, "attack": {"adaptive": ["gga"]}})
-    assert cfg.validate(base)["attack"]["adaptive"] == []
+        configuration.validate({**base, "attack": {"adaptive": ["gga"]}})
+    assert configuration.validate(base)["attack"]["adaptive"] == []
     with pytest.raises(cfg.ConfigError, match=r"'attack.snapshots' \[10\]: the adaptive "
                                               r"attacker .* records no snapshots"):
-        cfg.validate({**base, "attack": {"adaptive": ["inverting_gradients"],
+        configuration.validate({**base, "attack": {"adaptive": ["inverting_gradients"],
                                          "snapshots": [10]}})
 
 
@@ -229,12 +233,12 @@ def small_config() -> dict:
 def test_attack_jobs_write_paper_and_adaptive_rows_deterministically(tmp_path):
     config, results = small_config(), tmp_path / "results"
     setting = Setting.parse("quantization-2")
-    phases.prepare_data(config, results, "digits")
+    prepare_data(config, results, "digits")
     for each in (Setting.parse("none-0"), setting):
-        phases.run_fl(config, results, CASE, each, 0)
+        run_fl(config, results, CASE, each, 0)
     metrics_file = paths.attack_metrics(results, CASE, setting, 0)
     def measured() -> dict:  # the metrics but the wall times (a measurement)
-        phases.run_attacks(config, results, CASE, setting, 0)
+        run_attacks(config, results, CASE, setting, 0)
         record = json.loads(metrics_file.read_text())
         for run in record["runs"].values():
             for victim in run["victims"]:
@@ -264,13 +268,12 @@ def test_attack_jobs_write_paper_and_adaptive_rows_deterministically(tmp_path):
 
 
 def test_the_estimate_counts_the_adaptive_attacker():
-    from fedleak.experiment import estimate
 
     config = {"attacks": {"inverting_gradients": {"iterations": 10}}, "attack": {"victims": 3}}
-    plain = estimate.attack_work(cfg.validate(config), ["inverting_gradients"])
+    plain = attack_work(configuration.validate(config), ["inverting_gradients"])
     assert plain == {"adam": 30}
     config["attack"].update(adaptive=["inverting_gradients"], adaptive_samples=2)
-    assert estimate.attack_work(cfg.validate(config), ["inverting_gradients"]) == {"adam": 90}
+    assert attack_work(configuration.validate(config), ["inverting_gradients"]) == {"adam": 90}
     # a deterministic defense's transformation is drawn once
-    assert estimate.attack_work(cfg.validate(config), ["inverting_gradients"],
+    assert attack_work(configuration.validate(config), ["inverting_gradients"],
                                 deterministic=True) == {"adam": 60}

@@ -12,6 +12,7 @@ import torch
 from conftest import lenet_victims as victims
 
 from fedleak import attacks, defenses, metrics
+from fedleak.experiment import configuration
 
 HYBRID = {"kind": "hybrid", "threshold": 1e-5, "patience": 15}  # EPAFL's MNIST setting
 DEFENDED_STEPS = 100  # undefended DLG converges in 15-25 steps; defended runs stop here
@@ -53,6 +54,7 @@ def dlg_full(digit_victims):
     return [run("dlg", v, seed=i, restarts=2) for i, v in enumerate(digit_victims)]
 
 
+@pytest.mark.slow
 def test_dlg_recovers_most_digits_within_300_steps(digit_victims, dlg_full):
     scores = [metrics.ssim(rec.images, v[1]) for rec, v in zip(dlg_full, digit_victims)]
     print("DLG SSIM per victim:", np.round(scores, 3).tolist())
@@ -70,6 +72,7 @@ def test_idlg_infers_every_single_image_label(digits, mnist_root):
             assert attacks.idlg_label(obs).item() == y.item()
 
 
+@pytest.mark.slow
 def test_inverting_gradients_reaches_20_db_on_digits(digit_victims):
     recs = [run("inverting_gradients", v, seed=i, iterations=1500, tv=0.1)
             for i, v in enumerate(digit_victims[:4])]
@@ -91,12 +94,12 @@ STRONGEST = {"dp_gaussian": 0.1, "dp_laplace": 0.1, "quantization": 1, "pruning"
 def test_strongest_settings_match_the_embedded_config():
     from conftest import REPO
 
-    from fedleak import config as cfg
 
-    embedded = cfg.load(REPO / "config" / "config.yaml")["defenses"]
+    embedded = configuration.load(REPO / "config" / "config.yaml")["defenses"]
     assert {n: defenses.strongest(n, embedded[n]["strengths"]) for n in STRONGEST} == STRONGEST
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(STRONGEST))
 def test_strongest_defense_drops_dlg_psnr_by_10_db(digit_victims, dlg_hybrid_baseline, name):
     baseline = np.mean([metrics.psnr(r.images, v[1])
@@ -108,6 +111,7 @@ def test_strongest_defense_drops_dlg_psnr_by_10_db(digit_victims, dlg_hybrid_bas
     assert baseline - defended >= 10.0
 
 
+@pytest.mark.slow
 def test_hybrid_early_stopping_on_mnist_keeps_success_and_halves_iterations(mnist_root):
     """EPAFL Table 5 behaviour on the real MNIST test set: iDLG-labelled DLG (EPAFL's
     attack), full 300 L-BFGS steps vs hybrid early stopping (T = 1e-5, P = 15)."""

@@ -15,7 +15,11 @@ import pytest
 import yaml
 
 from fedleak import config as cfg
-from fedleak.experiment import attribute, paths, phases, plan
+from fedleak.experiment import configuration, paths, plan
+from fedleak.experiment.phases.attribute import run_attribute
+from fedleak.experiment.phases.fit_adversaries import fit_adversaries
+from fedleak.experiment.phases.fl_run import run_fl
+from fedleak.experiment.phases.prepare_data import prepare_data
 from fedleak.report.attribute import (
     attribute_gap,
     attribute_table,
@@ -39,19 +43,19 @@ def small_config(adaptive: bool = True) -> dict:
                        "dp_gaussian": {"strengths": [DP.strength], "params": {"clip": 4.0}}}
     raw["attribute"].update(adversaries=["stru_nn", "rf"], attributes=["ink"], defenses=None,
                             adaptive=adaptive)
-    return cfg.validate(raw)
+    return configuration.validate(raw)
 
 
 def run_jobs(config: dict, results: Path) -> list[Path]:
     """Data, FL runs, the paper's saved adversaries and every attribute job: their files."""
-    phases.prepare_data(config, results, "digits")
+    prepare_data(config, results, "digits")
     case = plan.case_names(config)[0]
     jobs = plan.attribute_jobs(config)
     for _, setting in jobs:
-        phases.run_fl(config, results, case, setting, 0)
-    attribute.fit_adversaries(config, results, case, plan.NONE, 0, 0)
+        run_fl(config, results, case, setting, 0)
+    fit_adversaries(config, results, case, plan.NONE, 0, 0)
     for _, setting in jobs:
-        attribute.run_attribute(config, results, case, setting, 0)
+        run_attribute(config, results, case, setting, 0)
     return [paths.attribute_metrics(results, case, s, 0) for _, s in jobs]
 
 
@@ -62,13 +66,14 @@ def ran(tmp_path_factory) -> list[Path]:
 
 def test_the_option_is_a_boolean_off_by_default_and_on_in_the_embedded_default():
     raw = cfg.read(REPO / "config" / "test.yaml")
-    assert cfg.validate(raw)["attribute"]["adaptive"] is False
-    assert cfg.load(REPO / "config" / "config.yaml")["attribute"]["adaptive"] is True
+    assert configuration.validate(raw)["attribute"]["adaptive"] is False
+    assert configuration.load(REPO / "config" / "config.yaml")["attribute"]["adaptive"] is True
     with pytest.raises(cfg.ConfigError, match=r"'attribute\.adaptive': 'yes' is not of type "
                                               r"'boolean'"):
-        cfg.validate({**raw, "attribute": {**raw["attribute"], "adaptive": "yes"}})
+        configuration.validate({**raw, "attribute": {**raw["attribute"], "adaptive": "yes"}})
 
 
+@pytest.mark.slow
 def test_each_adversary_has_a_paper_and_an_adaptive_row(ran):
     table = attribute_table(ran)
     assert set(table["attacker"]) == {"paper", "adaptive"}
@@ -122,18 +127,19 @@ def _copy(ran: list[Path], folder: Path) -> Path:
 def test_without_the_option_the_paper_rows_are_the_same_alone(ran, tmp_path):
     config, results = small_config(adaptive=False), _copy(ran, tmp_path)
     case = plan.case_names(config)[0]
-    attribute.run_attribute(config, results, case, DP, 0)
+    run_attribute(config, results, case, DP, 0)
     off = read_json(paths.attribute_metrics(results, case, DP, 0))["rows"]
     assert {r["attacker"] for r in off} == {"paper"}
     assert off == [r for r in read_json(ran[0])["rows"] if r["attacker"] == "paper"]
 
 
+@pytest.mark.slow
 def test_same_config_and_seed_give_the_same_tables(ran, tmp_path):
     config, results = small_config(), _copy(ran, tmp_path)
     shutil.rmtree(results / "attribute")  # every metrics file written again
     case = plan.case_names(config)[0]
     for _, setting in plan.attribute_jobs(config):
-        attribute.run_attribute(config, results, case, setting, 0)
+        run_attribute(config, results, case, setting, 0)
     again = [results / path.relative_to(ran[0].parents[4]) for path in ran]
     first = write_attribute_tables(ran, tmp_path / "first")
     write_attribute_tables(again, tmp_path / "second")

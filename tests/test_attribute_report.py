@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from fedleak import config as cfg
-from fedleak.experiment import plan
+from fedleak.experiment import configuration, plan
 from fedleak.report.attribute import attribute_gap, attribute_table, attribute_tradeoff
 from fedleak.report.figures import save_figure
 from fedleak.types import Setting
@@ -66,20 +66,20 @@ def test_tradeoff_figure_draws_every_defense(tmp_path):
 
 
 def test_plan_runs_attribute_jobs_for_the_named_defenses_and_the_undefended_zoo_run():
-    config = cfg.load("config/test.yaml")
+    config = configuration.load("config/test.yaml")
     jobs = plan.attribute_jobs(config)
     assert {s.defense for _, s in jobs} == set(config["attribute"]["defenses"])
-    assert (jobs[0][0], plan.NONE) in plan.fl_jobs(config)
+    assert (jobs[0][0], plan.NONE) in plan.fl_settings(config)
     assert set(config["attribute"]["rounds"]) <= set(plan.checkpoint_rounds(config))
     assert plan.attributes(config, jobs[0][0]) == ["ink", "slant", "stroke"]
-    no_adversaries = cfg.validate({**cfg.read("config/test.yaml"),
+    no_adversaries = configuration.validate({**cfg.read("config/test.yaml"),
                                    "attribute": {"adversaries": []}})
     assert plan.attribute_jobs(no_adversaries) == []
 
 
 def test_every_setting_shares_the_round_zero_adversaries_and_keeps_its_own_later():
     raw = cfg.read("config/test.yaml")
-    config = cfg.validate({**raw, "attribute": {**raw["attribute"], "rounds": [0, 2]}})
+    config = configuration.validate({**raw, "attribute": {**raw["attribute"], "rounds": [0, 2]}})
     settings = {s for _, s in plan.attribute_jobs(config)}
     assert len(settings) == 2
     assert {plan.adversary_setting(s, 0) for s in settings} == {plan.NONE}
@@ -93,7 +93,7 @@ def test_every_setting_shares_the_round_zero_adversaries_and_keeps_its_own_later
 def test_attribute_job_refuses_adversaries_fitted_under_another_model(tmp_path):
     import torch
 
-    from fedleak.experiment.attribute import _saved_adversaries
+    from fedleak.experiment.phases.attribute import _saved_adversaries
     from fedleak.models import LeNet
     from fedleak.utils.io import ArtifactError, save_torch
 

@@ -13,11 +13,15 @@ import torch
 from conftest import REPO, tiny_config
 
 from fedleak import config as cfg
-from fedleak import defenses, models
+from fedleak import data, defenses, models
 from fedleak.data import victims as victim_images
-from fedleak.experiment import paths, phases, plan
-from fedleak.experiment import victims as victims_of
-from fedleak.experiment.artifacts import Job
+from fedleak.experiment import configuration, paths, plan
+from fedleak.experiment.job import Job, model_at
+from fedleak.experiment.phases.attack import run_attacks
+from fedleak.experiment.phases.fl_run import run_fl
+from fedleak.experiment.phases.prepare_data import prepare_data, victim_problems
+from fedleak.experiment.records import add_likeness
+from fedleak.experiment.victims import observations, victim_batches
 from fedleak.fl.mixed import two_client_rounds, weighted_mean
 from fedleak.types import Setting, Update
 from fedleak.utils.seeding import child_seeds
@@ -29,7 +33,7 @@ CENSOR = REPO / "config" / "paper" / "censor.yaml"
 
 def spec(**changes) -> dict:
     """A validated `attack:` section with ``changes``."""
-    return cfg.validate({"attack": changes})["attack"]
+    return configuration.validate({"attack": changes})["attack"]
 
 
 def test_stride_takes_every_stride_th_image_of_the_pool_in_order():
@@ -45,7 +49,7 @@ def test_default_victims_are_drawn_as_before():
     exactly the same images."""
     labels = np.arange(500) % 10
     attack = spec(victims=4, batch_size=3)
-    ours = phases._victim_batches(labels, attack, np.random.default_rng(7))
+    ours = victim_batches(labels, attack, np.random.default_rng(7))
     chosen = np.random.default_rng(7).choice(len(labels), 12, replace=False)
     assert [b.tolist() for b in ours] == [np.sort(chosen[v * 3:(v + 1) * 3]).tolist()
                                           for v in range(4)]
@@ -53,7 +57,7 @@ def test_default_victims_are_drawn_as_before():
 
 def test_victims_of_one_class_are_disjoint_and_of_that_class():
     labels = np.arange(600) % 10
-    batches = phases._victim_batches(labels, spec(victims=6, victim_class=2),
+    batches = victim_batches(labels, spec(victims=6, victim_class=2),
                                      np.random.default_rng(0))
     flat = np.concatenate(batches)
     assert len(set(flat.tolist())) == 6 and set(labels[flat].tolist()) == {2}
@@ -80,8 +84,9 @@ def test_problem_names_the_key_the_value_and_what_fits(changes, counts, expected
 
 def test_a_stride_beyond_the_split_is_a_config_error():
     with pytest.raises(cfg.ConfigError, match=r"'attack.stride' 1000: 10 victims .* need 9001"):
-        cfg.validate({"cases": [{"dataset": "digits", "model": "lenet"}], "attacks": {"dlg": {}},
-                      "attack": {"victims": 10, "split": "test", "stride": 1000}})
+        configuration.validate({"cases": [{"dataset": "digits", "model": "lenet"}],
+                                "attacks": {"dlg": {}},
+                                "attack": {"victims": 10, "split": "test", "stride": 1000}})
 
 
 small_config = tiny_config
@@ -92,38 +97,38 @@ def prepared(tmp_path_factory):
     """The digits prepared once, and the FL run whose round-0 model the attacks load."""
     results = tmp_path_factory.mktemp("censor") / "results"
     config = small_config()
-    phases.prepare_data(config, results, "digits")
-    phases.run_fl(config, results, CASE, NONE, 0)
+    prepare_data(config, results, "digits")
+    run_fl(config, results, CASE, NONE, 0)
     return results
 
 
 def test_prepared_splits_are_checked_before_any_job(prepared):
     config = small_config(split="test", stride=370)  # 371 images of the 359 held out
-    found = victims_of.problems(config, prepared)
+    found = victim_problems(config, prepared)
     assert len(found) == 1 and "setting 'none-0' of case" in found[0]
     assert "'attack.stride' 370" in found[0] and "holds 359" in found[0]
     with pytest.raises(ValueError, match="'attack.stride' 370"):
-        phases.run_attacks(config, prepared, CASE, NONE, 0)
-    assert victims_of.problems(small_config(split="test", stride=100), prepared) == []
+        run_attacks(config, prepared, CASE, NONE, 0)
+    assert victim_problems(small_config(split="test", stride=100), prepared) == []
 
 
 def test_prepare_data_refuses_victims_its_splits_cannot_give(tmp_path):
     """On a fresh run the check comes when the data are prepared, before any FL run."""
     with pytest.raises(ValueError, match=r"the train split of 'digits' \(class 3\) holds"):
-        phases.prepare_data(small_config(victim_class=3, victims=200), tmp_path, "digits")
+        prepare_data(small_config(victim_class=3, victims=200), tmp_path, "digits")
 
 
 def observed(config: dict, results) -> tuple[list, list, torch.nn.Module]:
     job = Job(config, results, CASE, NONE, 0)
-    train = phases.data.load_prepared(job.data_dir, "train")
-    model = phases.model_at(job, train, job.checkpoint)
+    train = data.load_prepared(job.data_dir, "train")
+    model = model_at(job, train, job.checkpoint)
     seeds = child_seeds(0, ["victims", "defense", "attack"])
-    return (*phases._victims(job, model, train, defenses.build("none"), seeds), model)
+    return (*observations(job, model, train, defenses.build("none"), seeds), model)
 
 
 def test_held_out_victims_at_a_stride(prepared):
     observations, truths, model = observed(small_config(split="test", stride=100), prepared)
-    test = phases.data.load_prepared(paths.data_dir(prepared, "digits"), "test")
+    test = data.load_prepared(paths.data_dir(prepared, "digits"), "test")
     assert [t[0].tolist() for t in truths] == [[0], [100]]
     assert torch.equal(truths[1][1], test.x[100:101]) and observations[0].model is model
 
@@ -181,7 +186,7 @@ def test_likeness_of_identical_reconstructions_is_one():
     images = [torch.rand(1, 1, 16, 16) for _ in range(3)]
     same = [images[0]] * 3
     records = [{} for _ in range(3)]
-    victims_of.add_likeness(records, same, [(None, image, None) for image in images])
+    add_likeness(records, same, [(None, image, None) for image in images])
     assert all(r["pairwise_ssim"] == pytest.approx(1.0) for r in records)
     assert all(r["truth_pairwise_ssim"] < 0.5 for r in records)
 
@@ -201,7 +206,7 @@ def test_censor_table2_batches_hold_distinct_labels(smoke):
     """Table II (§V-B): "no duplicate labels are present in each batch"; every B = 4 batch
     drawn for its settings, on ImageNet's held-out split (1,000 classes, 10 each) or the
     smoke stand-in's digits."""
-    config = cfg.validate({**cfg.read(CENSOR), "smoke": smoke})
+    config = configuration.validate({**cfg.read(CENSOR), "smoke": smoke})
     points = [p for p in plan.points(config) if p.target == "table2"]
     assert len(points) == 6
     rng = np.random.default_rng(0)
@@ -211,14 +216,14 @@ def test_censor_table2_batches_hold_distinct_labels(smoke):
         assert (attack["batch_size"], attack["distinct_labels"], attack["stride"]) == (4, True, 0)
         assert victim_images.problem(attack, {"test": np.bincount(labels).tolist()},
                                      "imagenet") is None
-        for batch in phases._victim_batches(labels, attack, np.random.default_rng(1)):
+        for batch in victim_batches(labels, attack, np.random.default_rng(1)):
             assert len(set(labels[batch].tolist())) == 4
 
 
 def test_censor_protocol_victims_fit_every_dataset():
     """§V-B: every 1,000th image of each held-out split, ten victims: 9,001 images needed,
     at most the split's upper bound for ImageNet, FFHQ and CIFAR-10."""
-    config = cfg.load(CENSOR)
+    config = configuration.load(CENSOR)
     assert (config["attack"]["split"], config["attack"]["stride"]) == ("test", 1000)
     for case in config["cases"]:
-        assert cfg.split_capacity(config, case["dataset"], "test") >= 9001
+        assert configuration.split_capacity(config, case["dataset"], "test") >= 9001

@@ -12,8 +12,7 @@ import yaml
 from conftest import REPO
 from test_pipeline import ENV, SNAKEMAKE, copy_project, slurm_unavailable
 
-from fedleak import config as fedleak_config
-from fedleak.experiment import cluster, estimate, plan
+from fedleak.experiment import cluster, configuration, estimate, phases, pipeline, plan
 
 
 @pytest.fixture(autouse=True)
@@ -22,8 +21,8 @@ def clean_environment(monkeypatch):
         monkeypatch.delenv(f"FEDLEAK_SLURM_{name}", raising=False)
 
 
-TEST = fedleak_config.load(REPO / "config" / "test.yaml")  # device: auto, a LeNet case
-REFINER = fedleak_config.load(REPO / "config" / "paper" / "refiner.yaml")
+TEST = configuration.load(REPO / "config" / "test.yaml")  # device: auto, a LeNet case
+REFINER = configuration.load(REPO / "config" / "paper" / "refiner.yaml")
 
 
 def on(config: dict, device: str) -> dict:
@@ -33,37 +32,43 @@ def on(config: dict, device: str) -> dict:
 def per_job(out: dict, **wildcards) -> dict:
     """A rule's resources for one job: the per-job ones called with its wildcards."""
     job = SimpleNamespace(**wildcards)
-    return {key: value(job) if callable(value) and key != "runtime" else value
-            for key, value in out.items()}
+    return {key: value(job) if callable(value) else value for key, value in out.items()}
+
+
+def resources(rule: str, config: dict) -> dict:
+    return cluster.resources(phases.load(rule), config)
 
 
 def test_gpu_rules_ask_for_a_gpu_and_cpu_rules_do_not(monkeypatch):
     monkeypatch.setenv("FEDLEAK_SLURM_ACCOUNT", "lab42")
     monkeypatch.setenv("FEDLEAK_SLURM_GPU_MODEL", "a100")
-    attack = per_job(cluster.resources("attack", 30, config=TEST),
-                     case="digits-lenet-iid-k4", setting="none-0")
-    fl = per_job(cluster.resources("fl_run", 12, config=TEST), case="digits-lenet-iid-k4")
-    assert attack == {"mem_mb": 16000, "runtime": 30, "slurm_partition": "gpu", "gpu": 1,
+    job = {"case": "digits-lenet-iid-k4", "setting": "none-0", "seed": "0"}
+    attack = per_job(resources("attack", TEST), **job)
+    fl = per_job(resources("fl_run", TEST), **job)
+    assert attack.pop("runtime") > cluster.STARTUP_MINUTES
+    assert fl.pop("runtime") > cluster.STARTUP_MINUTES
+    assert attack == {"mem_mb": 16000, "slurm_partition": "gpu", "gpu": 1,
                       "cpus_per_gpu": 4, "gpu_model": "a100", "slurm_account": "lab42"}
-    assert fl == {"mem_mb": 2000, "runtime": 12, "slurm_partition": "cpu", "gpu": 0,
+    assert fl == {"mem_mb": 2000, "slurm_partition": "cpu", "gpu": 0,
                   "cpus_per_gpu": 0, "gpu_model": "", "slurm_account": "lab42"}
+    assert resources("train_gan", TEST)["runtime"] == cluster.FIXED_MINUTES
 
 
 def gpu_rules(config: dict, case: str = "digits-lenet-iid-k4") -> set[str]:
     rules = ("prepare_data", "train_evalnet", "train_gan", "train_giml", "fl_run", "attack",
              "train_zoo", "fit_adversaries", "attribute", "target", "aggregate")
     return {rule for rule in rules
-            if per_job(cluster.resources(rule, config=config), case=case,
-                       setting="none-0").get("gpu")}
+            if per_job(resources(rule, config), case=case, setting="none-0",
+                       seed="0").get("gpu")}
 
 
 def test_auto_asks_a_gpu_where_it_pays_cuda_everywhere_it_runs_cpu_nowhere():
     heavy = {"train_evalnet", "train_gan", "train_giml", "attack", "train_zoo",
              "fit_adversaries"}
-    assert gpu_rules(TEST) == heavy == cluster.GPU_RULES  # LeNet FL runs stay on CPUs
-    assert gpu_rules(on(TEST, "cuda")) == cluster.DEVICE_RULES - {"study"}
+    assert gpu_rules(TEST) == heavy  # LeNet FL runs stay on CPUs
+    assert gpu_rules(on(TEST, "cuda")) == heavy | {"fl_run", "attribute"}
     assert gpu_rules(on(TEST, "cpu")) == set()
-    resnet = fedleak_config.validate({**TEST, "cases": [
+    resnet = configuration.validate({**TEST, "cases": [
         {"dataset": "digits", "model": "resnet18", "partition": {"kind": "iid", "clients": 4}}]})
     assert gpu_rules(resnet, "digits-resnet18-iid-k4") == heavy | {"fl_run", "attribute"}
 
@@ -71,24 +76,24 @@ def test_auto_asks_a_gpu_where_it_pays_cuda_everywhere_it_runs_cpu_nowhere():
 def test_auto_runs_l_bfgs_attack_jobs_on_a_lenet_on_cpus():
     """EPAFL's attack jobs run only DLG/iDLG (L-BFGS) on LeNets: on CPUs under auto; a job
     with any other attack, or on another model, asks for a GPU."""
-    epafl = fedleak_config.load(REPO / "config" / "paper" / "epafl.yaml")
-    out = cluster.resources("attack", config=epafl)
+    epafl = configuration.load(REPO / "config" / "paper" / "epafl.yaml")
+    out = resources("attack", epafl)
     jobs = plan.attack_jobs(epafl)
     assert len(jobs) == 34
-    assert {per_job(out, case=case, setting=setting.text)["slurm_partition"]
+    assert {per_job(out, case=case, setting=setting.text, seed="0")["slurm_partition"]
             for case, setting in jobs} == {"cpu"}
     case, setting = next(iter(jobs))
-    assert per_job(cluster.resources("attack", config=on(epafl, "cuda")), case=case,
-                   setting=setting.text)["gpu"] == 1
-    mixed = per_job(cluster.resources("attack", config=TEST), case="digits-lenet-iid-k4",
-                    setting="none-0")  # DLG, iDLG and Adam attacks
+    assert per_job(resources("attack", on(epafl, "cuda")), case=case, setting=setting.text,
+                   seed="0")["gpu"] == 1
+    mixed = per_job(resources("attack", TEST), case="digits-lenet-iid-k4",
+                    setting="none-0", seed="0")  # DLG, iDLG and Adam attacks
     assert mixed["gpu"] == 1
-    resnet = fedleak_config.validate({**epafl, "cases": [
+    resnet = configuration.validate({**epafl, "cases": [
         {"dataset": "digits", "model": "resnet18", "partition": {"kind": "iid", "clients": 4}}],
         "targets": {}, "reference": {}})
     case, setting = next(iter(plan.attack_jobs(resnet)))
-    assert per_job(cluster.resources("attack", config=resnet), case=case,
-                   setting=setting.text)["gpu"] == 1
+    assert per_job(resources("attack", resnet), case=case, setting=setting.text,
+                   seed="0")["gpu"] == 1
 
 
 @pytest.mark.parametrize("device, expected", [
@@ -98,7 +103,7 @@ def test_auto_runs_l_bfgs_attack_jobs_on_a_lenet_on_cpus():
 ])
 def test_a_study_asks_a_gpu_only_when_it_times_on_the_device_or_needs_one(device, expected):
     config = on(REFINER, device)
-    out = cluster.resources("study", config=config)
+    out = resources("study", config)
     asked = {name for name in plan.studies(config) if per_job(out, name=name).get("gpu")}
     assert asked == expected
     partitions = {per_job(out, name=name)["slurm_partition"] for name in plan.studies(config)}
@@ -108,14 +113,14 @@ def test_a_study_asks_a_gpu_only_when_it_times_on_the_device_or_needs_one(device
 def test_without_a_gpu_partition_auto_runs_on_cpus_and_cuda_is_refused(monkeypatch):
     monkeypatch.setenv("FEDLEAK_SLURM_GPU_PARTITION", "")
     assert gpu_rules(TEST) == set()
-    assert cluster.resources("attack", config=TEST)["slurm_partition"] == "cpu"
+    assert resources("attack", TEST)["slurm_partition"] == "cpu"
     with pytest.raises(cluster.ClusterError, match="device 'cuda' needs GPUs on the cluster, "
                        "but FEDLEAK_SLURM_GPU_PARTITION is empty"):
-        cluster.resources("prepare_data", config=on(TEST, "cuda"))
+        resources("prepare_data", on(TEST, "cuda"))
     monkeypatch.setenv("FEDLEAK_SLURM_GPU_PARTITION", "gpu")
     monkeypatch.setenv("FEDLEAK_SLURM_GPUS", "0")
     with pytest.raises(cluster.ClusterError, match="but FEDLEAK_SLURM_GPUS=0; expected"):
-        cluster.resources("prepare_data", config=on(TEST, "cuda"))
+        resources("prepare_data", on(TEST, "cuda"))
 
 
 @pytest.mark.parametrize("name, value, expected", [
@@ -128,22 +133,29 @@ def test_without_a_gpu_partition_auto_runs_on_cpus_and_cuda_is_refused(monkeypat
 def test_a_bad_variable_is_named_with_its_value(monkeypatch, name, value, expected):
     monkeypatch.setenv(name, value)
     with pytest.raises(cluster.ClusterError, match=f"{name}=.*{expected}"):
-        cluster.resources("prepare_data", config=TEST)
+        resources("prepare_data", TEST)
 
 
-def test_attack_wall_time_grows_with_the_budget_and_falls_with_the_rate(monkeypatch):
-    paper = fedleak_config.load(REPO / "config" / "paper" / "epafl.yaml")
-    test = fedleak_config.load(REPO / "config" / "test.yaml")
-    labels = tuple(paper["attacks"])
-    slow = cluster.attack_minutes(paper, labels)
-    assert slow > cluster.attack_minutes(test, tuple(test["attacks"]))
+def test_attack_wall_time_grows_with_the_budget_and_falls_with_the_rate(monkeypatch,
+                                                                         tmp_path):
+    attack = phases.load("attack")
+
+    def longest(config: dict) -> int:
+        return max(cluster.minutes(attack, config, tmp_path, job)
+                   for job in pipeline.walk(config, tmp_path)["attack"])
+
+    paper = configuration.load(REPO / "config" / "paper" / "epafl.yaml")
+    test = configuration.load(REPO / "config" / "test.yaml")
+    slow = longest(paper)
+    assert slow > longest(test)
     monkeypatch.setenv("FEDLEAK_SLURM_RATE", "50")
-    fast = cluster.attack_minutes(paper, labels)
+    fast = longest(paper)
     assert cluster.STARTUP_MINUTES < fast < slow
     assert slow - cluster.STARTUP_MINUTES == pytest.approx(
         10 * (fast - cluster.STARTUP_MINUTES), abs=10)
 
 
+@pytest.mark.slow
 def test_verify_without_a_lock_names_the_file(tmp_path):
     run = subprocess.run([sys.executable, "-m", "fedleak.cli", "verify", "--root", str(tmp_path)],
                          capture_output=True, text=True)
@@ -158,8 +170,7 @@ def test_the_array_profile_is_the_slurm_profile_with_arrays_of_workflow_rules():
     plain = yaml.safe_load((PROFILES / "slurm" / "config.yaml").read_text())
     array = yaml.safe_load((PROFILES / "slurm-array" / "config.yaml").read_text())
     assert {k: v for k, v in array.items() if not k.startswith("slurm-array")} == plain
-    rules = set(re.findall(r"^rule (\w+):", "".join(
-        p.read_text() for p in (REPO / "workflow" / "rules").glob("*.smk")), flags=re.M))
+    rules = set(phases.NAMES)  # one rule per phase (workflow/rules/phases.smk)
     named = {rule.strip() for rule in array["slurm-array-jobs"].split(",")}
     assert named and named <= rules, named - rules
 
@@ -187,6 +198,6 @@ def test_the_array_profile_submits_a_rule_s_jobs_as_one_array(tmp_path):
     sizes = [len(ids.split(",")) for ids in arrays]
     single = re.findall(r"Job \d+ has been submitted with SLURM jobid", out)
     assert sizes and max(sizes) > 1, out[-3000:]
-    jobs = estimate.jobs(fedleak_config.load(root / "config" / "test.yaml"), root / "results")
+    jobs = estimate.jobs(configuration.load(root / "config" / "test.yaml"), root / "results")
     assert sum(sizes) + len(single) == len(jobs), out[-3000:]  # each job submitted once
     assert (root / "results" / "report.md").is_file()

@@ -4,12 +4,12 @@ import pytest
 from conftest import REPO
 
 from fedleak import config as cfg
-from fedleak.experiment import plan
+from fedleak.experiment import configuration, plan
 from fedleak.types import Setting
 
 
 def test_defaults_fill_an_empty_config():
-    config = cfg.validate({})
+    config = configuration.validate({})
     assert config["fl"]["rounds"] == 200
     assert config["cases"][0]["partition"]["kind"] == "iid"
     assert plan.case_name(config["cases"][0]) == "digits-lenet-iid-k10"
@@ -37,7 +37,7 @@ def test_defaults_fill_an_empty_config():
 ])
 def test_bad_config_names_the_key_in_one_line(bad, key):
     with pytest.raises(cfg.ConfigError) as err:
-        cfg.validate(bad)
+        configuration.validate(bad)
     message = str(err.value)
     assert key in message
     assert "\n" not in message
@@ -46,11 +46,11 @@ def test_bad_config_names_the_key_in_one_line(bad, key):
 def test_every_shipped_config_is_valid():
     for path in [*sorted((REPO / "config").glob("*.yaml")),
                  *sorted((REPO / "config" / "paper").glob("*.yaml"))]:
-        cfg.load(path)
+        configuration.load(path)
 
 
 def test_a_label_runs_a_registered_attack_or_defense_under_another_name():
-    config = cfg.validate({
+    config = configuration.validate({
         "defenses": {"pruning_weight": {"defense": "pruning", "strengths": [0.5],
                                         "params": {"mode": "weight"}}},
         "attacks": {"idlg": {}, "epafl": {"attack": "idlg", "stopper": {"kind": "hybrid"}}}})
@@ -63,12 +63,12 @@ def test_a_label_runs_a_registered_attack_or_defense_under_another_name():
 
 
 def test_smoke_merges_its_overrides_before_validation():
-    config = cfg.validate({"attacks": {"dlg": {"iterations": 300}}, "smoke": True,
+    config = configuration.validate({"attacks": {"dlg": {"iterations": 300}}, "smoke": True,
                            "smoke_overrides": {"attacks": {"dlg": {"iterations": 2}},
                                                "datasets": {"mnist": {"stand_in": "digits"}}}})
     assert config["attacks"]["dlg"]["iterations"] == 2 and config["attacks"]["dlg"]["lr"] == 1.0
     assert config["datasets"]["mnist"]["stand_in"] == "digits"
-    plain = cfg.validate({"attacks": {"dlg": {"iterations": 300}},
+    plain = configuration.validate({"attacks": {"dlg": {"iterations": 300}},
                           "smoke_overrides": {"attacks": {"dlg": {"iterations": 2}}}})
     assert plain["attacks"]["dlg"]["iterations"] == 300
 
@@ -77,4 +77,4 @@ def test_a_yaml_syntax_error_names_the_file(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("fl: {rounds: 3\n")
     with pytest.raises(cfg.ConfigError, match="broken.yaml is not valid YAML"):
-        cfg.load(path)
+        configuration.load(path)

@@ -12,6 +12,7 @@ def test_digits_are_32x32_in_unit_range(digits):
     assert data.load_digits(channels=3).x.shape[1] == 3
 
 
+@pytest.mark.slow
 def test_natural_crops_are_seeded():
     a, b = data.load_natural(50, seed=3), data.load_natural(50, seed=3)
     c = data.load_natural(50, seed=4)

@@ -10,7 +10,10 @@ import torch
 from conftest import REPO
 
 from fedleak import config
-from fedleak.experiment import paths, phases, plan, studies
+from fedleak.experiment import configuration, paths, plan
+from fedleak.experiment.phases.study import inputs as study_inputs
+from fedleak.experiment.phases.study import run as run_study
+from fedleak.experiment.phases.target import target_files, write_target
 from fedleak.experiment.studies import defense_cost
 from fedleak.report import load_target
 
@@ -20,7 +23,7 @@ RECUPFL = config.read(REPO / "config" / "paper" / "recupfl.yaml")
 
 def smoke(raw: dict, name: str, **study) -> dict:
     """The paper's smoke configuration with ``study`` over its target ``name``'s study."""
-    out = config.validate({**copy.deepcopy(raw), "smoke": True})
+    out = configuration.validate({**copy.deepcopy(raw), "smoke": True})
     out["targets"][name]["study"].update(study)
     return out
 
@@ -32,19 +35,19 @@ def smoke(raw: dict, name: str, **study) -> dict:
      ["recupfl", "dp_gaussian", "dp_laplace", "pruning", "soteria"]),
 ])
 def test_the_cost_tables_are_studies_that_plan_no_run(raw, name, models, labels):
-    full = config.validate(copy.deepcopy(raw))
+    full = configuration.validate(copy.deepcopy(raw))
     assert name in plan.studies(full)
     assert all(p.target != name for p in plan.points(full))
     study = full["targets"][name]["study"]
     assert study["kind"] == "defense_cost"
     assert (study["models"], study["defenses"]) == (models, labels)
-    assert phases.target_files(full, paths.Path("r"), name) == [
+    assert target_files(full, paths.Path("r"), name) == [
         paths.study_dir(paths.Path("r"), name)]
-    assert studies.inputs(full, paths.Path("r"), name) == []  # random inputs: no dataset
+    assert study_inputs(full, paths.Path("r"), name) == []  # random inputs: no dataset
     reference = full["reference"][name]
     column = reference["columns"].index("defense")
     assert {row[column] for row in reference["rows"]} == set(labels)
-    small = config.validate({**copy.deepcopy(raw), "smoke": True})
+    small = configuration.validate({**copy.deepcopy(raw), "smoke": True})
     assert small["targets"][name]["study"]["repeats"] == 2
 
 
@@ -80,8 +83,8 @@ def test_soteria_costs_more_than_pruning_side_by_side_and_compare_agrees(tmp_pat
     # orders of magnitude apart, so the order measured side by side is robust
     cfg = smoke(REFINER, "table5", input_shape=[3, 16, 16], batch_size=2,
                 defenses=["pruning", "soteria"], repeats=3, warmup=1)
-    studies.run(cfg, tmp_path, "table5")
-    phases.write_target(cfg, tmp_path, "table5")
+    run_study(cfg, tmp_path, "table5")
+    write_target(cfg, tmp_path, "table5")
     result = load_target(paths.target_dir(tmp_path, "table5"))
     seconds = result.table.set_index("defense")["seconds"]
     assert seconds["soteria"] > seconds["pruning"]
@@ -104,7 +107,7 @@ def test_a_bad_cost_study_is_refused_naming_the_key(change, message):
     bad = copy.deepcopy(REFINER)
     change(bad["targets"]["table5"]["study"])
     with pytest.raises(config.ConfigError, match=message):
-        config.validate(bad)
+        configuration.validate(bad)
 
 
 @pytest.mark.parametrize("raw, name, study, message", [
@@ -127,7 +130,7 @@ def test_what_the_study_cannot_time_is_refused_before_any_timing(monkeypatch, ra
 
     monkeypatch.setattr(defense_cost, "rotated", no_timing)
     with pytest.raises(ValueError, match=message):
-        studies.run(cfg, paths.Path("unused"), name)
+        run_study(cfg, paths.Path("unused"), name)
 
 
 def test_a_defense_needing_data_has_no_stand_in():

@@ -109,6 +109,7 @@ def test_pruning_modes_rank_by_their_score(context, mode):
     assert score[kept].min() >= score[~kept].max()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("channels", [1, 3])  # forward-mode and reverse-mode Jacobians
 def test_soteria_vectorised_mask_equals_the_per_feature_loop(digits, channels):
     from fedleak.defenses.soteria import feature_scores, feature_scores_loop, soteria_mask

@@ -19,8 +19,17 @@ import pytest
 import torch
 import yaml
 
-from fedleak import config as cfg
-from fedleak.experiment import attribute, paths, phases
+from fedleak.experiment import configuration, paths
+from fedleak.experiment.job import model_at
+from fedleak.experiment.phases.attack import run_attacks
+from fedleak.experiment.phases.attribute import run_attribute
+from fedleak.experiment.phases.fit_adversaries import fit_adversaries
+from fedleak.experiment.phases.fl_run import run_fl
+from fedleak.experiment.phases.prepare_data import prepare_data
+from fedleak.experiment.phases.train_evalnet import train_evalnet
+from fedleak.experiment.phases.train_gan import train_gan
+from fedleak.experiment.phases.train_giml import train_giml
+from fedleak.experiment.phases.train_zoo import train_zoo
 from fedleak.types import Setting
 from fedleak.utils.device import resolve, select, to_device
 from fedleak.utils.io import load_torch
@@ -43,24 +52,24 @@ def tiny_config(device: str) -> dict:
     raw["attack"].update(metrics=["psnr", "mse"], adaptive=["inverting_gradients"],
                          adaptive_samples=2)
     raw["attribute"].update(adversaries=["stru_nn"], defenses=["none"])
-    return cfg.validate(raw)
+    return configuration.validate(raw)
 
 
 # phase name -> its call, in the order the pipeline runs them
 PHASES = {
-    "fl": lambda c, r: phases.run_fl(c, r, CASE, NONE, 0),
-    "evalnet": lambda c, r: phases.train_evalnet(c, r, "digits"),
-    "gan": lambda c, r: phases.train_gan(c, r),
-    "giml": lambda c, r: phases.train_giml(c, r, CASE),
-    "zoo": lambda c, r: attribute.train_zoo(c, r, CASE, 0, 0),
-    "adversaries": lambda c, r: attribute.fit_adversaries(c, r, CASE, NONE, 0, 0),
-    "attribute": lambda c, r: attribute.run_attribute(c, r, CASE, NONE, 0),
-    "fl_refiner": lambda c, r: phases.run_fl(c, r, CASE, REFINER, 0),
-    "fl_recupfl": lambda c, r: phases.run_fl(c, r, CASE, RECUPFL, 0),
-    "attack": lambda c, r: phases.run_attacks(c, r, CASE, NONE, 0),
-    "attack_refiner": lambda c, r: phases.run_attacks(c, r, CASE, REFINER, 0),
+    "fl": lambda c, r: run_fl(c, r, CASE, NONE, 0),
+    "evalnet": lambda c, r: train_evalnet(c, r, "digits"),
+    "gan": lambda c, r: train_gan(c, r, "digits"),
+    "giml": lambda c, r: train_giml(c, r, CASE),
+    "zoo": lambda c, r: train_zoo(c, r, CASE, 0, 0),
+    "adversaries": lambda c, r: fit_adversaries(c, r, CASE, NONE, 0, 0),
+    "attribute": lambda c, r: run_attribute(c, r, CASE, NONE, 0),
+    "fl_refiner": lambda c, r: run_fl(c, r, CASE, REFINER, 0),
+    "fl_recupfl": lambda c, r: run_fl(c, r, CASE, RECUPFL, 0),
+    "attack": lambda c, r: run_attacks(c, r, CASE, NONE, 0),
+    "attack_refiner": lambda c, r: run_attacks(c, r, CASE, REFINER, 0),
     # the adaptive attacker's EOT draws of RecUP-FL's perturbation
-    "attack_recupfl": lambda c, r: phases.run_attacks(c, r, CASE, RECUPFL, 0),
+    "attack_recupfl": lambda c, r: run_attacks(c, r, CASE, RECUPFL, 0),
 }
 # the phases whose outputs are metrics JSON and images only
 WRITE_NO_PT = {"attribute", "attack", "attack_refiner", "attack_recupfl"}
@@ -98,11 +107,12 @@ def ran(request, tmp_path_factory):
     config = tiny_config(request.param)
     results = tmp_path_factory.mktemp(f"device-{request.param}") / "results"
     for dataset in ("digits", "natural"):
-        phases.prepare_data(config, results, dataset)
+        prepare_data(config, results, dataset)
     records = {name: _run_recorded(phase, config, results) for name, phase in PHASES.items()}
     return request.param, config, results, records
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", list(PHASES))
 def test_every_phase_runs_on_the_configured_device_and_saves_cpu_tensors(ran, phase):
     device, _, _, records = ran
@@ -131,13 +141,13 @@ def test_a_checkpoint_saved_on_the_device_loads_into_a_cpu_model(ran):
     """The FL run's final model, built on the CPU from its file, predicts as it did."""
     device, config, results, _ = ran
     from fedleak import data
-    from fedleak.experiment.artifacts import Job
+    from fedleak.experiment.job import Job
 
     job = Job(config, results, CASE, NONE, 0)
     test = data.load_prepared(job.data_dir, "test")
-    model = phases.model_at(job, test, job.fl_dir / "final.pt")
+    model = model_at(job, test, job.fl_dir / "final.pt")
     assert {p.device.type for p in model.parameters()} == {"cpu"}
-    on_device = phases.model_at(job, test, job.fl_dir / "final.pt").to(resolve(device))
+    on_device = model_at(job, test, job.fl_dir / "final.pt").to(resolve(device))
     with torch.no_grad():
         here = model.eval()(test.x[:16])
         there = on_device.eval()(test.x[:16].to(resolve(device))).cpu()
@@ -150,7 +160,7 @@ def test_the_same_seed_on_the_same_device_gives_the_same_weights(ran, phase, tmp
     tensors; a .pt file's bytes also hold the name it was written under)."""
     _, config, results, _ = ran
     again = tmp_path / "results"
-    phases.prepare_data(config, again, "digits")
+    prepare_data(config, again, "digits")
     PHASES[phase](config, again)
     file = {"fl": lambda r: paths.fl_dir(r, CASE, NONE, 0) / "final.pt",
             "gan": lambda r: paths.gan_file(r, "digits")}[phase]
@@ -166,7 +176,7 @@ def prepared(tmp_path_factory):
     config = tiny_config("cpu")
     results = tmp_path_factory.mktemp("refused") / "results"
     for dataset in ("digits", "natural"):
-        phases.prepare_data(config, results, dataset)
+        prepare_data(config, results, dataset)
     return config, results
 
 

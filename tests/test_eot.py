@@ -31,6 +31,7 @@ def pool(digits_splits):
     return victims(digits_splits["train"], 3)
 
 
+@pytest.mark.slow
 def test_eot_beats_the_plain_attack_under_dp_noise(pool, digits_generator):
     gga = {"optimizer": "adam", "iterations": 100}
     plain = attacks.build("gga", generator=digits_generator, **gga)
@@ -88,6 +89,7 @@ def test_eot_rejects_unhooked_attacks_and_non_differentiable_defenses(pool, digi
         eot(obs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("wraps", "params"), [
     ("inverting_gradients", {"iterations": 12, "restarts": 2}),
     ("gga", {"optimizer": "adam", "iterations": 12, "restarts": 2}),

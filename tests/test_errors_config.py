@@ -128,6 +128,7 @@ def snakemake_fails(root, *args) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra, args, expected", [
     ("attacks: {dlg: {stopper: {kind: hybrid, treshold: 1}}}\n", [],
      ["unknown key 'attacks.dlg.stopper.treshold'"]),
@@ -146,6 +147,7 @@ TARGET = ("{title: t, select: [{defenses: [none], attacks: [dlg]}], "
           "table: {rows: [defense], metrics: [psnr]}}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra, expected", [
     ("defenses: {DP: {defense: dp_gaussian, strengths: [0.1]}}\n", "'defenses.DP': 'DP'"),
     ("defenses: {'a/b': {defense: dp_gaussian, strengths: [0.1]}}\n", "'defenses.a/b': 'a/b'"),
@@ -171,6 +173,7 @@ def test_a_label_that_cannot_name_a_folder_fails_before_any_job(project, tmp_pat
     assert not (project / "results").exists() and not (project.parent / "t").exists()
 
 
+@pytest.mark.slow
 def test_snakemake_names_a_syntax_error_in_the_embedded_default(tmp_path):
     root = copy_project(tmp_path / "project")
     default = root / "config" / "config.yaml"

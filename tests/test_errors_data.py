@@ -154,6 +154,7 @@ def test_a_damaged_prepared_folder_is_named(prepared, tmp_path, capsys, damage, 
     fails_with_one_line(capsys, damaged(prepared, tmp_path, damage), *expected)
 
 
+@pytest.mark.slow
 def test_snakemake_names_a_missing_dataset_root_before_any_job(tmp_path):
     root = copy_project(tmp_path / "project")
     config = tmp_path / "mnist.yaml"
@@ -166,3 +167,30 @@ def test_snakemake_names_a_missing_dataset_root_before_any_job(tmp_path):
     assert f"not found at {tmp_path / 'nowhere' / 'MNIST' / 'raw'}" in lines[0]
     assert "download" in lines[0]
     assert not (root / "results" / "logs").exists()
+
+
+PHASE_JOBS = {  # each phase that reads the prepared data, with a planned job's identity
+    "train-evalnet": ["--dataset", "digits"],
+    "train-gan": ["--dataset", "digits"],
+    "train-giml": ["--case", CASE],
+    "fl-run": ["--case", CASE, "--setting", "none-0", "--seed", "0"],
+    "train-zoo": ["--case", CASE, "--seed", "0", "--round", "0"],
+    "fit-adversaries": ["--case", CASE, "--setting", "none-0", "--seed", "0", "--round", "0"],
+    "attack": ["--case", CASE, "--setting", "none-0", "--seed", "0"],
+    "attribute": ["--case", CASE, "--setting", "none-0", "--seed", "0"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(PHASE_JOBS))
+def test_each_phase_names_a_missing_prepared_data_folder_in_one_line(capsys, tmp_path,
+                                                                       command):
+    """Without results/data/digits (deleted, or never prepared), every phase that reads it
+    stops with one line naming the folder and the command that makes it, before it reads
+    anything else (an attack job once ended in a TypeError there)."""
+    from conftest import REPO
+
+    config = str(REPO / "config" / "test.yaml")
+    fails_with_one_line(capsys, [command, "--config", config, "--results", str(tmp_path),
+                                 *PHASE_JOBS[command]],
+                        f"no prepared dataset at {tmp_path / 'data' / 'digits'}",
+                        "fedleak prepare-data --dataset digits")

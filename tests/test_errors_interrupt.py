@@ -98,7 +98,7 @@ FL = Moment("fl_run", [(f"results/logs/fl_run/{CASE}/{s}/seed0.log",
 ATTACK = Moment("attack", [(f"results/logs/attack/{CASE}/{s}/seed0.log",
                             f"results/attacks/{CASE}/{s}/seed0/metrics.json",
                             f"results/attacks/{CASE}/{s}/seed0/details/*.png") for s in SETTINGS])
-AGGREGATE = Moment("aggregate", [("results/logs/aggregate/report.log", "results/report.md",
+AGGREGATE = Moment("aggregate", [("results/logs/aggregate/aggregate.log", "results/report.md",
                                   "results/tables/*.csv")])
 
 
@@ -247,6 +247,7 @@ def test_a_full_disk_leaves_the_old_file_or_none_and_names_the_path(tmp_path, mo
     assert sorted(p.name for p in target.parent.iterdir()) == [name]  # no temporary file
 
 
+@pytest.mark.slow
 def test_the_cli_reports_a_full_disk_in_one_line_and_leaves_no_partial_file(tmp_path):
     """A real write failure: the file-size limit of the process stands in for a full disk."""
     import resource

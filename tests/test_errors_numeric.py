@@ -13,12 +13,14 @@ import pandas as pd
 import pytest
 import torch
 
-from fedleak import config as cfg
 from fedleak import metrics
 from fedleak.attacks.dlg import DLG
 from fedleak.attacks.inverting_gradients import InvertingGradients
 from fedleak.defenses.differential_privacy import GaussianNoise
-from fedleak.experiment import paths, phases
+from fedleak.experiment import configuration, paths
+from fedleak.experiment.phases.attack import run_attacks
+from fedleak.experiment.phases.fl_run import run_fl
+from fedleak.experiment.phases.prepare_data import prepare_data
 from fedleak.report.tables import write_tables
 from fedleak.types import Setting
 
@@ -30,7 +32,7 @@ NONE, DP = Setting.parse("none-0"), Setting.parse("dp_gaussian-0.01")
 def run(tmp_path_factory):
     """A tiny configuration with its data prepared and its two FL runs done."""
     results = tmp_path_factory.mktemp("numeric") / "results"
-    config = cfg.validate({
+    config = configuration.validate({
         "threads": 1, "device": "cpu",
         "datasets": {"digits": {"channels": 1, "size": 16}},
         "cases": [{"dataset": "digits", "model": "lenet", "partition": {"clients": 4}}],
@@ -39,9 +41,9 @@ def run(tmp_path_factory):
         "attack": {"victims": 2, "grid_victims": 2, "metrics": ["psnr", "ssim", "mse"]},
         "attacks": {"dlg": {"iterations": 2}, "inverting_gradients": {"iterations": 3}},
     })
-    phases.prepare_data(config, results, "digits")
+    prepare_data(config, results, "digits")
     for setting in (NONE, DP):
-        phases.run_fl(config, results, CASE, setting, 0)
+        run_fl(config, results, CASE, setting, 0)
     return config, results
 
 
@@ -53,7 +55,7 @@ def nan_noise(monkeypatch):
 
 
 def attack_metrics(config, results, setting) -> dict:
-    phases.run_attacks(config, results, CASE, setting, 0)
+    run_attacks(config, results, CASE, setting, 0)
     return json.loads(paths.attack_metrics(results, CASE, setting, 0).read_text())
 
 
@@ -78,7 +80,7 @@ def test_a_defense_that_makes_fl_diverge_is_recorded_not_a_crash(run, tmp_path, 
 
     shutil.copytree(clean, results)
     nan_noise(monkeypatch)
-    phases.run_fl(config, results, CASE, DP, 0)
+    run_fl(config, results, CASE, DP, 0)
     record = json.loads(paths.fl_metrics(results, CASE, DP, 0).read_text())
     assert record["failure"].startswith("diverged: the model's weights are NaN/inf from round 1")
     assert math.isnan(record["final_accuracy"])  # not the 0.1 that argmax of NaN logits gives

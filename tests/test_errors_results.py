@@ -27,6 +27,7 @@ def make_link(target):
     return make
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where, make, says", [
     ("results", make_file, "results is a file, not a folder"),
     ("results", make_link("/nonexistent/results"),

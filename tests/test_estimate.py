@@ -17,7 +17,8 @@ from test_pipeline import SNAKEMAKE, copy_project, run
 
 from fedleak import cli
 from fedleak import config as cfg
-from fedleak.experiment import cluster, estimate, phases, plan
+from fedleak.experiment import cluster, configuration, estimate, phases, pipeline, plan
+from fedleak.experiment.phases.attack import attack_iterations, attack_work
 
 TEST = REPO / "config" / "test.yaml"
 TARGETS = {  # fig2 needs every run of table1 and more: they share jobs
@@ -34,7 +35,7 @@ def configured(tmp_path, **changes) -> tuple[dict, str]:
         cfg.set_path(raw, key, value)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(raw))
-    return cfg.load(path), str(path)
+    return configuration.load(path), str(path)
 
 
 @pytest.fixture
@@ -75,6 +76,7 @@ def test_a_configuration_without_targets_has_one_row_all(tmp_path, capsys, one_s
     assert rows[0]["jobs"] == rows[1]["jobs"] == "20"
 
 
+@pytest.mark.slow
 def test_smoke_prices_the_smoke_overrides(tmp_path, capsys, one_second_units):
     paper = str(REPO / "config" / "paper" / "epafl.yaml")
     full, smoke = (estimate_csv(capsys, "--config", paper, "--results", str(tmp_path), *extra)
@@ -83,11 +85,12 @@ def test_smoke_prices_the_smoke_overrides(tmp_path, capsys, one_second_units):
     assert float(smoke[-1]["cpu_hours"]) < float(full[-1]["cpu_hours"])
 
 
+@pytest.mark.slow
 def test_jobs_are_the_ones_snakemake_runs(tmp_path):
-    config = cfg.load(TEST)
+    config = configuration.load(TEST)
     counted = Counter(job.rule for job in estimate.jobs(config, tmp_path / "results").values())
-    out = phases.outputs(config, tmp_path / "results")
-    assert counted["fl_run"] == len(out["fl"]) and counted["attack"] == len(out["attacks"])
+    out = pipeline.walk(config, tmp_path / "results")
+    assert counted["fl_run"] == len(out["fl_run"]) and counted["attack"] == len(out["attack"])
     assert counted["attribute"] == len(out["attribute"])
     assert counted["fit_adversaries"] == len(plan.adversary_jobs(config)) * len(
         config["fl"]["seeds"])
@@ -115,24 +118,30 @@ def test_cost_grows_linearly_with_rounds_and_iterations(tmp_path, one_second_uni
 
 
 def test_attack_iterations_follow_each_attack_s_stages():
-    assert estimate.attack_iterations("dlg", {"iterations": 7}) == 7
-    assert estimate.attack_iterations("gias", {"variant": "z/w", "latent_iterations": 3,
+    assert attack_iterations("dlg", {"iterations": 7}) == 7
+    assert attack_iterations("gias", {"variant": "z/w", "latent_iterations": 3,
                                                "parameter_iterations": 5}) == 8
-    assert estimate.attack_iterations("gifd", {"steps": [2, 3]}) == 5
-    assert estimate.attack_iterations("eot", {"samples": 4, "wraps_params": {
+    assert attack_iterations("gifd", {"steps": [2, 3]}) == 5
+    assert attack_iterations("eot", {"samples": 4, "wraps_params": {
         "iterations": 5, "restarts": 2}}) == 40
-    assert estimate.attack_iterations("rgap", {}) == 1  # closed form
+    assert attack_iterations("rgap", {}) == 1  # closed form
 
 
-def test_the_slurm_wall_time_counts_the_same_work(monkeypatch):
+def test_the_slurm_wall_time_counts_the_same_work(monkeypatch, tmp_path):
+    """A timed phase's wall time is the work `fedleak estimate` prices, at the cluster's
+    assumed rates: an attack job's iterations at FEDLEAK_SLURM_RATE, doubled, plus start-up."""
     monkeypatch.delenv("FEDLEAK_SLURM_RATE", raising=False)
-    config = cfg.load(REPO / "config" / "paper" / "epafl.yaml")
-    labels = tuple(config["attacks"])
-    work = sum(estimate.attack_work(config, labels).values())
-    assert cluster.attack_minutes(config, labels) == cluster.STARTUP_MINUTES + -(
+    config = configuration.load(REPO / "config" / "paper" / "epafl.yaml")
+    attack = phases.load("attack")
+    job = pipeline.walk(config, tmp_path)["attack"][0]
+    labels = plan.jobs(config)[job["case"], job["setting"]]
+    work = sum(attack_work(plan.resolve(config, job["setting"]), labels, True).values())
+    assert sum(attack.work(config, tmp_path, job).values()) == work
+    assert cluster.minutes(attack, config, tmp_path, job) == cluster.STARTUP_MINUTES + -(
         -2 * work // (cluster.rate() * 60))
 
 
+@pytest.mark.slow
 def test_an_lbfgs_attack_is_priced_per_lbfgs_iteration_as_the_engine_runs_it(tmp_path,
                                                                              monkeypatch):
     config, _ = configured(tmp_path)
@@ -143,7 +152,7 @@ def test_an_lbfgs_attack_is_priced_per_lbfgs_iteration_as_the_engine_runs_it(tmp
             work.update({unit.split(":")[0]: n for unit, n in job.work.items()})
     by_optimizer = Counter()
     for (_, setting), labels in plan.attack_jobs(config).items():
-        by_optimizer.update(estimate.attack_work(plan.resolve(config, setting), labels))
+        by_optimizer.update(attack_work(plan.resolve(config, setting), labels))
     seeds = len(config["attack"]["seeds"])
     assert work["lbfgs"] == seeds * by_optimizer["lbfgs"] > 0  # dlg, idlg
     assert work["match"] == seeds * by_optimizer["adam"] > 0
@@ -154,6 +163,7 @@ def test_an_lbfgs_attack_is_priced_per_lbfgs_iteration_as_the_engine_runs_it(tmp
     assert rates[unit] > rates[match]
 
 
+@pytest.mark.slow
 def test_the_calibration_is_cached_per_machine_and_reused(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDLEAK_CACHE", str(tmp_path / "cache"))
     units = ["startup", "fl_step:lenet:1x32x32:10:True:b8", "match:lenet:1x32x32:10:True:b1",

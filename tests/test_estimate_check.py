@@ -12,10 +12,12 @@ import pytest
 from conftest import REPO
 
 from fedleak import config as cfg
-from fedleak.experiment import estimate, phases, plan
+from fedleak.experiment import configuration, estimate, phases, pipeline, plan
 from fedleak.utils.io import write_json, write_text
 
 TEST = REPO / "config" / "test.yaml"
+# the phases whose jobs call torch.func (the attack engine, GIML, per-sample gradients)
+GRADIENT_RULES = {"attack", "train_giml", "train_zoo", "fit_adversaries", "attribute"}
 spec = importlib.util.spec_from_file_location("estimate_check",
                                               REPO / "benchmarks" / "estimate_check.py")
 check = importlib.util.module_from_spec(spec)
@@ -23,7 +25,7 @@ spec.loader.exec_module(check)
 
 
 def test_the_check_sums_each_rule_s_benchmarks_beside_its_estimate(tmp_path, monkeypatch):
-    config = cfg.load(TEST)
+    config = configuration.load(TEST)
     results = tmp_path / "results"
     write_json(results / "config.resolved.json", config)
     header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
@@ -54,19 +56,21 @@ def test_every_job_pays_its_start_up_and_the_report_jobs_their_figures(tmp_path)
                               "figure": [{"kind": "line", "x": "strength", "y": "ssim"},
                                          {"kind": "line", "x": "strength", "y": "psnr"}]}}
     write_json(path, raw)
-    config = cfg.load(path)
+    config = configuration.load(path)
     found = estimate.jobs(config, tmp_path / "results")
     for job in found.values():
         startups = [unit for unit in job.work if unit.startswith("startup")]
-        expected = ("startup:gradients" if job.rule in estimate.GRADIENT_RULES else
+        expected = ("startup:gradients" if job.rule in GRADIENT_RULES else
                     "startup:figures" if job.rule in ("target", "aggregate") else "startup")
         assert startups == [expected], job
     target = next(job for job in found.values() if job.rule == "target")
     assert plan.targets(config) == ["fig"] and target.work["figure"] == 2
-    plain = cfg.load(TEST)  # no targets: the standard figures
+    plain = configuration.load(TEST)  # no targets: the standard figures
     aggregate = next(job for job in estimate.jobs(plain, tmp_path / "results").values()
                      if job.rule == "aggregate")
-    assert aggregate.work["figure"] == len(phases.outputs(plain, tmp_path)["figures"]) > 0
+    figures = [p for p in pipeline.job_outputs(phases.load("aggregate"), plain, tmp_path, {})
+               if p.parent.name == "figures"]
+    assert aggregate.work["figure"] == len(figures) > 0
 
 
 def test_cpu_seconds_leave_out_waiting_where_wall_seconds_count_it():

@@ -4,12 +4,12 @@ setting (from the embedded default config) costs accuracy."""
 import numpy as np
 import pytest
 
-from fedleak import config as cfg
 from fedleak import data, defenses
+from fedleak.experiment import configuration
 from fedleak.fl.server import FLSettings, run_federated
 from fedleak.models import LeNet
 
-EMBEDDED = cfg.load(__import__("conftest").REPO / "config" / "config.yaml")
+EMBEDDED = configuration.load(__import__("conftest").REPO / "config" / "config.yaml")
 SETTINGS = FLSettings.from_config(EMBEDDED["fl"])
 
 
@@ -72,6 +72,7 @@ ATTRIBUTE_DEFENSES = {"recupfl"}
 # The labelled CENSOR readings (censor_alg1, censor_official) fall back to the clean gradient
 # when no orthogonal trial lowers the loss: whether they cost accuracy is what the embedded
 # default measures (docs/censor.md), not a bound.
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(
     label for label, entry in EMBEDDED["defenses"].items()
     if "defense" not in entry

@@ -18,8 +18,9 @@ from test_pipeline import SNAKEMAKE, copy_project, run
 
 from fedleak import attacks, config, defenses
 from fedleak.attacks.prior import BigGANPrior, DCGANPrior, StyleGAN2Prior
-from fedleak.experiment import priors
-from fedleak.experiment.artifacts import Job, attack_inputs, build_attack
+from fedleak.experiment import artifacts, configuration, pipeline, priors
+from fedleak.experiment.job import Job
+from fedleak.experiment.phases.attack import build_attack, needed
 from fedleak.models.biggan import BigGANGenerator
 from fedleak.models.dcgan import Generator, load_generator, train_dcgan
 from fedleak.models.lenet import LeNet
@@ -62,10 +63,10 @@ def weights(tmp_path_factory, digits_generator):
                                                    "latent_avg": torch.zeros(16)})
     bg_file = save_torch(folder / "pytorch_model.bin", bg.state_dict())
     return {"dcgan": (digits_generator, None),
-            "stylegan2": (sg, config.validate({"gan": {
+            "stylegan2": (sg, configuration.validate({"gan": {
                 "kind": "stylegan2", "weights": str(sg_file), "resolution": 32,
                 "stylegan2": SG}})),
-            "biggan": (bg, config.validate({"gan": {
+            "biggan": (bg, configuration.validate({"gan": {
                 "kind": "biggan", "weights": str(bg_file), "resolution": 32,
                 "biggan": BG}}))}
 
@@ -85,6 +86,7 @@ def _observation(seed: int = 0) -> attacks.Observation:
     return attacks.Observation(model=model, gradient=gradient, batch_size=2)
 
 
+@pytest.mark.slow
 def test_a_saved_generator_reloads_from_the_configuration_to_the_same_images(weights):
     z = torch.randn(3, 16, generator=torch.Generator().manual_seed(1))
     sg, sg_config = weights["stylegan2"]
@@ -153,6 +155,7 @@ def test_gias_searches_the_latent_then_the_generator_of_every_kind(weights, kind
     assert rec.loss_trace[-1] <= rec.loss_trace[7] + 1e-6  # the parameter search went on
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("optimizer", ["adam", "cmaes"])
 def test_gga_searches_every_kind(weights, kind, optimizer):
@@ -196,7 +199,7 @@ def test_gias_untrained_is_the_kind_s_architecture_with_seeded_weights(weights):
     assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(),
                                                  again.state_dict().values()))
     assert not torch.equal(first.net.conv1.noise.weight, loaded.net.conv1.noise.weight)
-    other = config.validate({"gan": {**sg_config["gan"], "seed": 1}})
+    other = configuration.validate({"gan": {**sg_config["gan"], "seed": 1}})
     assert not torch.equal(priors.untrained(other).net.input.input, first.net.input.input)
 
 
@@ -218,23 +221,24 @@ def test_gias_untrained_is_the_kind_s_architecture_with_seeded_weights(weights):
         "biggan_port_widths", "biggan_class"])
 def test_generator_settings_that_do_not_fit_the_kind_are_refused(gan, expected):
     with pytest.raises(config.ConfigError) as error:
-        config.validate({"gan": gan})
+        configuration.validate({"gan": gan})
     assert expected in str(error.value)
 
 
+@pytest.mark.slow
 def test_the_architecture_is_checked_before_any_job(tmp_path):
     """The constructor's own refusals, on the meta device, then the weights file."""
     gan = {"kind": "biggan", "weights": str(tmp_path / "g.bin"), "resolution": 32,
            "biggan": {"widths": [4, 4, 2, 1]}}
-    assert priors.problem(config.validate({"gan": gan})) == (
+    assert priors.problem(configuration.validate({"gan": gan})) == (
         "invalid config: 'gan.biggan': BigGAN attention_resolution must be one of [4, 8, 16]; "
         "got 64")
     gan["biggan"]["attention_resolution"] = 16
-    assert priors.problem(config.validate({"gan": gan})).startswith(
+    assert priors.problem(configuration.validate({"gan": gan})).startswith(
         f"gan.weights: '{tmp_path / 'g.bin'}' does not exist (gan.kind biggan loads")
     (tmp_path / "g.bin").write_bytes(b"")
-    assert priors.problem(config.validate({"gan": gan})) is None
-    assert priors.problem(config.validate({})) is None  # the DCGAN: trained here
+    assert priors.problem(configuration.validate({"gan": gan})) is None
+    assert priors.problem(configuration.validate({})) is None  # the DCGAN: trained here
 
 
 def test_a_pretrained_prior_takes_no_wrong_dataset_and_no_rgap_rows():
@@ -242,12 +246,13 @@ def test_a_pretrained_prior_takes_no_wrong_dataset_and_no_rgap_rows():
     with pytest.raises(config.ConfigError, match=r"'attacks.g.prior_dataset': gan.kind "
                        r"stylegan2 is the pretrained prior of 'gan.weights', of no pipeline "
                        r"dataset; expected null, got 'natural'"):
-        config.validate({"gan": gan, "attacks": {"g": {"attack": "gias",
+        configuration.validate({"gan": gan, "attacks": {"g": {"attack": "gias",
                                                        "prior_dataset": "natural"}}})
     with pytest.raises(config.ConfigError, match=r"'attacks.r.prior_layers': R-GAP's latent "
                        r"search runs through the pipeline's DCGAN; expected 0 with gan.kind "
                        r"stylegan2, got 2"):
-        config.validate({"gan": gan, "attacks": {"r": {"attack": "rgap", "prior_layers": 2}}})
+        configuration.validate({"gan": gan,
+                                "attacks": {"r": {"attack": "rgap", "prior_layers": 2}}})
 
 
 TINY = """threads: 1
@@ -261,8 +266,9 @@ gan: {{kind: stylegan2, weights: {weights}, resolution: 32,
 """
 
 
+@pytest.mark.slow
 def test_a_pretrained_kind_plans_no_gan_training_and_waits_for_its_file(weights, tmp_path):
-    from fedleak.experiment.phases import outputs, substitutions
+    from fedleak.experiment.phases.aggregate import substitutions
 
     root = copy_project(tmp_path / "project")
     file = weights["stylegan2"][1]["gan"]["weights"]
@@ -270,11 +276,11 @@ def test_a_pretrained_kind_plans_no_gan_training_and_waits_for_its_file(weights,
     (root / "priors" / "g_ema.pt").write_bytes(open(file, "rb").read())
     tiny = root / "tiny.yaml"
     tiny.write_text(TINY.format(weights="priors/g_ema.pt"))
-    resolved = config.validate(config.read(tiny))
-    planned = outputs(resolved, root / "results")
-    assert planned["gan"] == [] and substitutions(resolved) == []
+    resolved = configuration.validate(config.read(tiny))
+    planned = pipeline.walk(resolved, root / "results")
+    assert planned["train_gan"] == [] and substitutions(resolved) == []
     job = Job(resolved, root / "results", "digits-lenet-iid-k2", Setting("none", 0), 0)
-    assert Path("priors/g_ema.pt") in attack_inputs(job)
+    assert Path("priors/g_ema.pt") in artifacts.files(job, needed(job))
     with contextlib.chdir(root):  # the attack job's generator: the file, as configured
         gga = build_attack(job, "gga", LeNet(1, 10, 32), defenses.build("none"), 0)
     assert isinstance(gga.generator, StyleGAN2Prior) and gga.generator.space == "w_plus"

@@ -45,6 +45,7 @@ def test_digits_generator_is_a_usable_prior(digits_generator, digits_splits):
     assert float(samples.std()) > 0.15 and psnr >= 13.0
 
 
+@pytest.mark.slow
 def test_gga_beats_inverting_gradients_under_strong_pruning(pruned, digits_generator,
                                                             natural_evalnet):
     pool, observations = pruned
@@ -84,6 +85,7 @@ def test_gga_cmaes_runs_and_improves_its_loss(pruned, digits_generator):
     assert torch.equal(cmaes(2, 8)(observations[1]).images, first.images)
 
 
+@pytest.mark.slow
 def test_adaptive_transformations_follow_the_received_gradient(digits_splits):
     """T reproduces what each deterministic defense did to the received gradient."""
     victim = victims(digits_splits["train"], 1, seed=5)[0]
@@ -116,6 +118,7 @@ def test_gga_rejects_unknown_settings(digits_generator):
         attacks.build("gga", generator=digits_generator, transform="noise")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("transform", "defense", "strength"), [
     ("none", "none", {}), ("pruning", "pruning", {"ratio": 0.5}),
     ("clipping", "clipping", {"bound": 0.5})])

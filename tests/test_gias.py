@@ -169,6 +169,7 @@ def test_sparsified_cost_masks_the_trial_gradient(digits_splits):
         assert bool((official <= own).all()) and 0 <= float(own.sum() - official.sum()) <= 1
 
 
+@pytest.mark.slow
 def test_table1_ordering_on_digits(digits_splits, digits_generator):
     """Table 1: GI-x < GI-z < GI-z/w <= GI-z/w+BN and GI-x+BN <= GI-z/w+BN in mean PSNR
     over the same 8 victims.
@@ -200,6 +201,7 @@ def test_table1_ordering_on_digits(digits_splits, digits_generator):
 PLATEAU = {"kind": "plateau", "patience": 2}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("variant", "stopper"), [
     ("x", None), ("z/w", None), ("x+BN", None), ("z/w+BN", None), ("w", None),
     ("z/w", PLATEAU), ("w", PLATEAU)])

@@ -28,6 +28,7 @@ def observe(victim) -> attacks.Observation:
                                batch_size=len(x))
 
 
+@pytest.mark.slow
 def test_feature_search_beats_latent_only_search(digits_splits, digits_generator):
     pool = victims(digits_splits["train"], 3)
     latent = attacks.build("gifd", generator=digits_generator, steps=(200,), restarts=1)
@@ -45,6 +46,7 @@ def test_feature_search_beats_latent_only_search(digits_splits, digits_generator
     assert psnr["gifd"].mean() >= psnr["latent"].mean() + 3.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("transform", "stopper"), [
     ("none", None), ("clipping", None), ("none", {"kind": "plateau", "patience": 2})])
 def test_stacked_victims_reconstruct_what_the_loop_does(digits_splits, digits_generator,

@@ -22,15 +22,19 @@ import numpy as np
 import pytest
 import torch
 
-from fedleak import attacks, config, defenses, metrics
+from fedleak import attacks, defenses, metrics
 from fedleak.attacks.giml import meta_learn_generator
+from fedleak.experiment import configuration
+from fedleak.experiment.job import build_model
+from fedleak.experiment.phases.prepare_data import prepare_data
+from fedleak.experiment.phases.train_giml import train_giml
 from fedleak.models import Generator, LeNet
 from fedleak.models.dcgan import init_weights
 
 STEPS, INNER = 8, 100
 EVALUATED = 4
 META = {"meta_optimizer": "sgd", "meta_lr": 0.5}
-GIML_DEFAULTS = config.validate({})["giml"]  # the schema's giml: block
+GIML_DEFAULTS = configuration.validate({})["giml"]  # the schema's giml: block
 
 
 def learn(observations, generator, steps: int, **params):
@@ -101,6 +105,7 @@ def test_meta_learning_leaves_the_input_generator_alone(digits_splits):
     assert not meta.training and all(e["meta_gap"] > 0 for e in log)
 
 
+@pytest.mark.slow
 def test_meta_learned_generator_improves_gias_over_steps_and_over_random(digits_splits):
     """Fig. 6b: GI-z/w with the GIML generator improves with the outer steps and beats
     GI-z/w from the untrained generator it started from."""
@@ -130,10 +135,9 @@ def test_meta_learned_generator_improves_gias_over_steps_and_over_random(digits_
 def fig6_config(**giml) -> dict:
     """Victims: digits; GIML kept at steps 0, 1 and the final 3; GI-z/w with the prior of
     digits (gan.dataset) and of natural crops (a wrong prior); GI-w untrained."""
-    from fedleak import config as cfg
 
     budget = {"latent_iterations": 2, "parameter_iterations": 2, "restarts": 1}
-    return cfg.validate({
+    return configuration.validate({
         "threads": 1,
         "datasets": {"digits": {"channels": 1}, "natural": {"channels": 3, "count": 60}},
         "cases": [{"dataset": "digits", "model": "lenet",
@@ -165,14 +169,14 @@ CASE = "digits-lenet-iid-k2"
 def _prepared(tmp_path, conf):
     """The digits and natural splits, and a round-0 LeNet where the FL run would save it."""
     from fedleak import data
-    from fedleak.experiment import paths, phases, plan
+    from fedleak.experiment import paths, plan
     from fedleak.utils.io import save_torch
 
     for dataset in ("digits", "natural"):
-        phases.prepare_data(conf, tmp_path, dataset)
+        prepare_data(conf, tmp_path, dataset)
     train = data.load_prepared(paths.data_dir(tmp_path, "digits"), "train")
     torch.manual_seed(0)
-    model = phases.build_model(plan.find_case(conf, CASE), train)
+    model = build_model(plan.find_case(conf, CASE), train)
     save_torch(paths.checkpoint(tmp_path, CASE, plan.NONE, 0, 0), model.state_dict())
     return model
 
@@ -187,14 +191,15 @@ def test_giml_keeps_its_checkpoints_and_the_step_parameter_selects_one(tmp_path)
     attacks.<label>.step loads that step's weights, null the final."""
     from PIL import Image
 
-    from fedleak.experiment import paths, phases, plan
-    from fedleak.experiment.artifacts import Job, attack_inputs, build_attack
+    from fedleak.experiment import artifacts, paths, plan
+    from fedleak.experiment.job import Job
+    from fedleak.experiment.phases.attack import build_attack, needed
     from fedleak.models.dcgan import load_generator
     from fedleak.utils.io import ArtifactError, load_torch, read_json
 
     conf = fig6_config()
     model = _prepared(tmp_path, conf)
-    phases.train_giml(conf, tmp_path, CASE)
+    train_giml(conf, tmp_path, CASE)
     out = paths.giml_file(tmp_path, CASE)
     saved = load_torch(out)
     kept = saved["checkpoints"]
@@ -209,7 +214,7 @@ def test_giml_keeps_its_checkpoints_and_the_step_parameter_selects_one(tmp_path)
     for (case, setting), labels in plan.jobs(conf).items():
         if "giml_zw" in labels:
             job = Job(conf, tmp_path, case, setting, 0)
-            assert attack_inputs(job) == [out]
+            assert artifacts.files(job, needed(job)) == [out]
             built = build_attack(job, "giml_zw", model, None, 0)
             steps[setting.config_overrides.get("attacks.giml_zw.step")] = built.generator
     assert sorted(steps, key=str) == [0, 1, 3]
@@ -228,8 +233,9 @@ def test_a_prior_of_another_dataset_resolves_its_own_gan_file(tmp_path, capsys):
     import yaml
 
     from fedleak import cli
-    from fedleak.experiment import paths, phases, plan
-    from fedleak.experiment.artifacts import Job, attack_inputs, build_attack, kinds_needed
+    from fedleak.experiment import artifacts, paths, pipeline, plan
+    from fedleak.experiment.job import Job
+    from fedleak.experiment.phases.attack import build_attack, needed
     from fedleak.models.dcgan import load_generator
 
     conf = fig6_config()
@@ -237,11 +243,14 @@ def test_a_prior_of_another_dataset_resolves_its_own_gan_file(tmp_path, capsys):
     job = Job(conf, tmp_path, CASE, plan.NONE, 0)
     assert job.attacks == ("right_zw", "untrained_w", "wrong_zw")
     gans = [paths.gan_file(tmp_path, d) for d in ("digits", "natural")]
-    assert kinds_needed(job) == {"gan", "gan:natural", "untrained_gan"}
-    assert attack_inputs(job) == sorted([*gans, paths.data_manifest(tmp_path, "digits")])
-    wanted = phases.outputs(conf, tmp_path)
-    assert wanted["gan"] == gans
-    assert wanted["data"] == [paths.data_manifest(tmp_path, d) for d in ("digits", "natural")]
+    assert needed(job) == ["gan", "gan:natural", "untrained_gan"]
+    assert artifacts.files(job, needed(job)) == sorted(
+        [*gans, paths.data_manifest(tmp_path, "digits")])
+    jobs = pipeline.walk(conf, tmp_path)
+    assert [p for p in pipeline.outputs_of(conf, tmp_path, ["train_gan"], jobs)
+            if p.suffix == ".pt"] == gans
+    assert pipeline.outputs_of(conf, tmp_path, ["prepare_data"], jobs) == [
+        paths.data_manifest(tmp_path, d) for d in ("digits", "natural")]
 
     path = tmp_path / "fig6.yaml"
     path.write_text(yaml.safe_dump(conf))
@@ -255,6 +264,7 @@ def test_a_prior_of_another_dataset_resolves_its_own_gan_file(tmp_path, capsys):
     assert untrained(torch.zeros(1, 16)).shape[1] == 1  # gan.dataset's channels
 
 
+@pytest.mark.slow
 def test_two_prior_datasets_plan_two_train_gan_jobs(tmp_path):
     """The Snakefile's dry run: one train_gan job per prior dataset, each told its dataset."""
     import yaml
@@ -331,18 +341,26 @@ def test_fig_a4_draws_the_attacks_of_one_uploads_in_one_panel_ending_together(tm
 
 def test_giml_under_pruning_only_still_plans_the_undefended_run_it_learns_from():
     """Fig. 6 attacks pruned uploads (sparsity 0.95) only: GIML's generator still learns
-    from the undefended FL run, which the plan trains (and the DAG can ask for)."""
-    from fedleak import config as cfg
-    from fedleak.experiment import plan
+    from the undefended FL run, which the plan trains because train_giml reads it."""
+    from pathlib import Path
 
-    conf = cfg.validate({
+    from fedleak.experiment import pipeline, plan
+
+    def fl_runs(conf: dict) -> list:
+        """(case, setting) of every FL run, the undefended one of the attacked seed only."""
+        found = [(job["case"], job["setting"], job["seed"])
+                 for job in pipeline.walk(conf, Path("results"))["fl_run"]]
+        assert all(seed == 0 for _, setting, seed in found if setting == plan.NONE)
+        return sorted({(case, setting) for case, setting, _ in found}, key=str)
+
+    conf = configuration.validate({
         "cases": [{"dataset": "digits", "model": "lenet",
                    "partition": {"kind": "iid", "clients": 2}}],
         "defenses": {"pruning": {"strengths": [0.95]}},
         "attacks": {"giml_zw": {"attack": "giml"}, "wrong_zw": {"attack": "gias"}},
         "targets": {"fig6": {"title": "t", "select": [{"defenses": ["pruning"]}]}}})
-    assert plan.fl_jobs(conf) == [(CASE, plan.NONE), (CASE, plan.Setting.of("pruning", 0.95))]
-    plan.check_setting(conf, CASE, plan.NONE)  # train_giml's Job
+    assert fl_runs(conf) == [(CASE, plan.NONE), (CASE, plan.Setting.of("pruning", 0.95))]
+    assert plan.fl_settings(conf) == [(CASE, plan.Setting.of("pruning", 0.95))]
     conf["attacks"].pop("giml_zw")
     conf["targets"]["fig6"]["select"][0]["attacks"] = ["wrong_zw"]
-    assert plan.fl_jobs(conf) == [(CASE, plan.Setting.of("pruning", 0.95))]
+    assert fl_runs(conf) == [(CASE, plan.Setting.of("pruning", 0.95))]

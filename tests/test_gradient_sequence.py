@@ -13,12 +13,19 @@ import numpy as np
 import pytest
 import torch
 
-from fedleak import attacks, defenses
+from fedleak import attacks, data, defenses
 from fedleak import config as cfg
 from fedleak.attacks.gradient_sequence import ObservedSequence
 from fedleak.data import load_digits
-from fedleak.experiment import paths, phases, plan
-from fedleak.experiment.artifacts import Job, build_defense
+from fedleak.experiment import paths, plan
+from fedleak.experiment.artifacts import build_defense
+from fedleak.experiment.configuration import validate
+from fedleak.experiment.job import Job, model_at
+from fedleak.experiment.phases.attack import run_attacks
+from fedleak.experiment.phases.fl_run import run_fl
+from fedleak.experiment.phases.prepare_data import prepare_data
+from fedleak.experiment.phases.target import write_target
+from fedleak.experiment.victims import sequence_observations
 from fedleak.models import LeNet
 from fedleak.types import Setting
 from fedleak.utils.seeding import child_seeds
@@ -36,7 +43,7 @@ def configuration(attack: dict | None = None, sweep: dict | None = None,
     sweep = sweep or {"attack.sequence.steps": [1, 8], "attack.sequence.theta": list(THETAS)}
     figure = {"kind": "line", "x": cfg.sweep_column(next(iter(sweep))), "y": "psnr",
               **({"hue": "theta"} if "attack.sequence.theta" in sweep else {})}
-    return cfg.validate({
+    return validate({
         "threads": 1, "device": "cpu",
         "datasets": {"digits": {"channels": 1, "size": 8}},
         "cases": [{"dataset": "digits", "model": "lenet", "partition": {"clients": 4}}],
@@ -64,13 +71,13 @@ def prepared(tmp_path_factory):
     """The configuration with its data prepared and its one FL run done."""
     results = tmp_path_factory.mktemp("sequence") / "results"
     config = configuration()
-    phases.prepare_data(config, results, "digits")
-    phases.run_fl(config, results, CASE, plan.NONE, 0)
+    prepare_data(config, results, "digits")
+    run_fl(config, results, CASE, plan.NONE, 0)
     return config, results
 
 
 def attacked(config: dict, results, s: Setting, label: str = "inverting_gradients") -> dict:
-    phases.run_attacks(config, results, CASE, s, 0)
+    run_attacks(config, results, CASE, s, 0)
     return json.loads(paths.attack_metrics(results, CASE, s, 0).read_text())["runs"][label]
 
 
@@ -84,7 +91,7 @@ def measured(prepared):
 
 def test_sweeps_plan_the_sequence_settings_on_one_fl_run(prepared):
     config, _ = prepared
-    assert plan.fl_jobs(config) == [(CASE, plan.NONE)]  # attack.* sweeps leave FL alone
+    assert plan.fl_settings(config) == [(CASE, plan.NONE)]  # attack.* sweeps leave FL alone
     assert [s.text for s in plan.settings(config)] == [
         "none-0~attack.sequence.steps=1",
         "none-0~attack.sequence.steps=1~attack.sequence.theta=reinitialised",
@@ -93,6 +100,7 @@ def test_sweeps_plan_the_sequence_settings_on_one_fl_run(prepared):
     assert config["attack"]["sequence"] == {"steps": 0, "subset": 4, "theta": "trained"}
 
 
+@pytest.mark.slow
 def test_more_uploads_reconstruct_the_local_images_better(measured):
     """Fig. A3(b): with T = 8 uploads of 4 of the 8 images the 8 images come back far better
     than from T = 1 (whose 4 unseen images only TV shapes), under both theta settings.
@@ -111,7 +119,7 @@ def test_more_uploads_reconstruct_the_local_images_better(measured):
 
 def test_the_target_draws_psnr_against_the_uploads_per_theta(prepared, measured):
     config, results = prepared
-    phases.write_target(config, results, "figa3")
+    write_target(config, results, "figa3")
     out = paths.target_dir(results, "figa3")
     assert (out / "figa3.png").stat().st_size > 0
     assert json.loads((out / "summary.json").read_text())["name"] == "figa3"
@@ -120,11 +128,11 @@ def test_the_target_draws_psnr_against_the_uploads_per_theta(prepared, measured)
 def sequence_victims(config: dict, results, s: Setting) -> tuple[list, list]:
     """The attack job's victims of setting ``s``; the global RNG as it was before."""
     job = Job(config, results, CASE, s, 0)
-    train = phases.data.load_prepared(job.data_dir, "train")
-    model = phases.model_at(job, train, job.checkpoint)
+    train = data.load_prepared(job.data_dir, "train")
+    model = model_at(job, train, job.checkpoint)
     defense, seeds = build_defense(job, model), child_seeds(0, ["victims", "defense", "attack"])
     state = torch.get_rng_state()
-    out = phases._sequence_victims(job, model, train, defense, seeds)
+    out = sequence_observations(job, model, train, defense, seeds)
     assert torch.equal(torch.get_rng_state(), state)
     return out
 
@@ -180,14 +188,14 @@ def test_bad_values_fail_with_the_key_and_what_was_expected(prepared):
                           attack={"sequence": {"steps": 2}})
     s = Setting.of("none", 0, {"attack.sequence.subset": 9})
     with pytest.raises(ValueError, match=r"'attack.sequence.subset': 9 images per upload"):
-        phases.run_attacks(swept, results, CASE, s, 0)
+        run_attacks(swept, results, CASE, s, 0)
     assert not paths.attack_metrics(results, CASE, s, 0).exists()
     refused = configuration(attacks_={"dlg": {"iterations": 2}},
                             sweep={"attack.sequence.steps": [2]})
     with pytest.raises(ValueError, match=r"'attack.sequence.steps': 2 uploads, but attack 'dlg' "
                        r"cannot attack a sequence of uploads; expected attacks whose cost "
                        r"sums over a sequence"):
-        phases.run_attacks(refused, results, CASE, setting(2), 0)
+        run_attacks(refused, results, CASE, setting(2), 0)
 
 
 # ---------------------------------------------------------------------------------------
@@ -222,6 +230,7 @@ def by_hand(victims: int = 2, steps: int = 3, local: int = 6, subset: int = 3,
     return out
 
 
+@pytest.mark.slow
 def test_the_engine_sums_over_the_uploads_stacked_as_one_at_a_time(float64):
     """Inverting Gradients and GI-x on 2 sequence victims x 2 restarts: stacked (one batch,
     the step models shared) gives the loop's reconstructions to 1e-8."""

@@ -73,6 +73,7 @@ def gradinversion(**params):
     return attacks.build("gradinversion", **params)
 
 
+@pytest.mark.slow
 def test_gradinversion_reconstructs_digits_on_lenet():
     """Without BatchNorm (LeNet, the embedded default's 16x16 digits) GradInversion is its
     L2 + TV + image-norm objective: every single-image victim comes back above 20 dB."""
@@ -173,6 +174,7 @@ def test_group_consistency_pulls_the_seeds_together_deterministically(digits):
     assert torch.equal(spread(GROUP)[1], images)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stopper", [None, {"kind": "threshold", "threshold": 2200.0}])
 def test_stacked_victims_and_seeds_reconstruct_what_the_loop_does(digits, stopper, float64):
     """reconstruct_all stacks 3 victims x 3 seeds of a BatchNorm ResNet-10 (BN_exact from
@@ -204,6 +206,7 @@ def ig_psnr(natural) -> float:
     return metrics.psnr(rec.images, x)
 
 
+@pytest.mark.slow
 def test_bn_exact_beats_inverting_gradients_at_batch_4(natural, ig_psnr):
     model, (x, y, _) = resnet18(0), natural
     rec = gradinversion(bn="exact", **SHORT_BUDGET)(observe(model, x, y))
@@ -214,6 +217,7 @@ def test_bn_exact_beats_inverting_gradients_at_batch_4(natural, ig_psnr):
     assert psnr >= ig_psnr + 0.3
 
 
+@pytest.mark.slow
 def test_bn_proxy_from_public_crops_runs(natural, ig_psnr):
     model, (x, y, public) = resnet18(0), natural
     proxy = dataset_statistics(model, public)

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
-from fedleak import config as cfg
-from fedleak.experiment import phases
+from fedleak.experiment import configuration, pipeline
+from fedleak.experiment.phases.aggregate import figures, tables
 from fedleak.report import write_figures, write_report, write_tables
 from fedleak.report.matched_utility import (
     MATCHED_COLUMNS,
@@ -156,9 +156,11 @@ def test_the_table_figure_and_report_section_come_out_of_aggregate_s_writers(run
     assert "| dp_gaussian | **22.5**   | **28.8**   | **37.5**   |" in text
 
 
+@pytest.mark.slow
 def test_the_embedded_default_plans_the_table_and_figure_and_a_paper_config_does_not():
-    default = cfg.load(REPO / "config" / "config.yaml")
-    assert "matched_utility" in phases.tables(default)
-    assert "matched_utility" in phases.figures(default)
-    paper = cfg.load(REPO / "config" / "paper" / "refiner.yaml")
-    assert "matched_utility" not in phases.tables(paper)
+    default = configuration.load(REPO / "config" / "config.yaml")
+    jobs = pipeline.walk(default, REPO / "results")
+    assert "matched_utility" in tables(default, jobs)
+    assert "matched_utility" in figures(default, jobs)
+    paper = configuration.load(REPO / "config" / "paper" / "refiner.yaml")
+    assert "matched_utility" not in tables(paper, pipeline.walk(paper, REPO / "results"))

@@ -14,7 +14,7 @@ from conftest import REPO
 from test_pipeline import ENV, copy_project, run
 
 from fedleak import config as cfg
-from fedleak.experiment import catalog, plan
+from fedleak.experiment import catalog, configuration, plan
 
 PAPERS = sorted((REPO / "config" / "paper").glob("*.yaml"))
 README = (REPO / "README.md").read_text()
@@ -28,6 +28,7 @@ def smoke_command(paper: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_epafl_plans_only_dlg_and_idlg_without_gan_or_evaluation_network(tmp_path):
     """`snakemake -n` on EPAFL: the undefended setting, attacked only by DLG and iDLG
     (with and without early stopping), and no GAN or evaluation-network training."""
@@ -36,7 +37,7 @@ def test_epafl_plans_only_dlg_and_idlg_without_gan_or_evaluation_network(tmp_pat
     jobs = re.findall(r"^(?:local)?rule (\w+):", proc.stdout, flags=re.M)
     assert set(jobs) == {"prepare_data", "fl_run", "attack", "target", "aggregate", "all"}
     settings = set(re.findall(r"wildcards: case=[^,]+, setting=([^,\n]+)", proc.stdout))
-    config = cfg.load(REPO / "config" / "paper" / "epafl.yaml")
+    config = configuration.load(REPO / "config" / "paper" / "epafl.yaml")
     assert settings == {s.text for s in plan.settings(config)}
     assert {s.split("~")[0] for s in settings} == {"none-0"}
     registered = {plan.attack_of(config, label)[0]
@@ -45,6 +46,7 @@ def test_epafl_plans_only_dlg_and_idlg_without_gan_or_evaluation_network(tmp_pat
     assert "MNIST" in proc.stderr  # the missing dataset is named, the dry run goes on
 
 
+@pytest.mark.slow
 def test_gias_plans_a_prior_per_dataset_giml_for_its_case_and_no_evaluation_network(tmp_path):
     """`snakemake -n` on GIAS: a DCGAN prior for each dataset whose prior an attack names
     (ImageNet, FFHQ, the wrong CIFAR-10), GIML's generator for the FFHQ case only, no
@@ -70,7 +72,7 @@ def test_readme_smoke_command_runs_every_target(paper, tmp_path):
     proc = subprocess.run(command, shell=True, cwd=root, env=ENV, capture_output=True,
                           text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    config = cfg.load(root / "results" / "config.resolved.json")
+    config = configuration.load(root / "results" / "config.resolved.json")
     assert config["smoke"] is True
     for name, target in config["targets"].items():
         folder = root / "results" / "targets" / name
@@ -91,6 +93,7 @@ def test_readme_smoke_command_runs_every_target(paper, tmp_path):
     assert re.search(r"^  all +\d+/\d+$", summary, re.M), summary
 
 
+@pytest.mark.slow
 def test_readme_targets_table_is_generated_from_the_configs(monkeypatch):
     monkeypatch.chdir(REPO)
     begin, end = "<!-- targets:begin -->\n", "<!-- targets:end -->"

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,9 @@ def copy_project(dest: Path) -> Path:
     return dest
 
 
-def run(cmd: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True)
+def run(cmd: list[str], cwd: Path, check: bool = True, env: dict | None = None
+        ) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, env=env or ENV, capture_output=True, text=True)
     if check and proc.returncode != 0:
         pytest.fail(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return proc
@@ -55,13 +57,55 @@ GPU_RULES = {"train_evalnet", "train_gan", "train_giml", "attack", "train_zoo",
              "fit_adversaries"}
 
 
+def own_source(root: Path) -> dict:
+    """The environment that runs a copied project's own package (its src/), as a clone
+    installed with `pip install -e .` does: the jobs' code inputs are its files."""
+    return {**ENV, "PYTHONPATH": str(root / "src")}
+
+
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory) -> Path:
-    """The tiny configuration run once, locally, in a fresh copy of the project (the tests
-    that use it share one xdist worker, so it runs once)."""
+    """The tiny configuration run once, locally, in a fresh copy of the project running its
+    own source (the tests that use it share one xdist worker, so it runs once)."""
     root = copy_project(tmp_path_factory.mktemp("local"))
-    run(TEST_RUN, root)
+    run(TEST_RUN, root, env=own_source(root))
     return root
+
+
+def planned(root: Path, env: dict) -> Counter:
+    """Jobs per rule that `snakemake -n` plans for config/test.yaml (nothing: empty)."""
+    dry = run([*SNAKEMAKE, "-n", "--configfile", "config/test.yaml"], root, env=env).stdout
+    stats = dry[dry.index("Job stats"):] if "Job stats" in dry else ""
+    return Counter({rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", stats, re.M)
+                    if rule not in ("all", "total")})
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("local_run")
+def test_an_edit_re_plans_only_the_jobs_that_run_the_edited_code(local_run):
+    """A job's code inputs are its phase's import closure (experiment/code.py): an edit of
+    a figure module re-plans the aggregation alone, one of an attack no FL run, one of the
+    estimate or of the schema's text nothing (a restored file re-plans nothing either)."""
+    env = own_source(local_run)
+
+    def after(edit: str, old: str = "", new: str = "\n# an edit\n") -> Counter:
+        path = local_run / "src" / "fedleak" / edit
+        text = path.read_text()
+        assert old in text
+        try:
+            path.write_text(text.replace(old, new, 1) if old else text + new)
+            return planned(local_run, env)
+        finally:
+            path.write_text(text)
+
+    assert planned(local_run, env) == Counter()
+    assert after("report/figures.py") == Counter({"aggregate": 1})
+    attack = after("attacks/dlg.py")
+    assert "fl_run" not in attack and attack["attack"] == 5 and attack["aggregate"] == 1
+    assert after("experiment/estimate.py") == Counter()
+    assert after("schemas/config.schema.yaml", "fewer victims for costly attacks",
+                 "fewer victims for the costly attacks") == Counter()
+    assert planned(local_run, env) == Counter()
 
 
 @pytest.mark.slow
@@ -210,6 +254,7 @@ def test_dvc_repro_runs_every_stage_then_has_nothing_to_do(tmp_path):
     assert "modified: results/tables/utility.csv" in tampered.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("override, key", [
     (["fll=1"], "unknown key 'fll'"),
     (["fl={'rounds': 'x'}"], "'fl.rounds'"),
@@ -227,6 +272,7 @@ def test_bad_config_fails_before_any_job_with_one_line(tmp_path, override, key):
     assert not (root / "results").exists()
 
 
+@pytest.mark.slow
 def test_a_bad_cluster_variable_fails_before_any_job_with_one_line(tmp_path):
     root = copy_project(tmp_path / "project")
     proc = subprocess.run([*SNAKEMAKE, "-n", "--configfile", "config/test.yaml"], cwd=root,
@@ -235,6 +281,7 @@ def test_a_bad_cluster_variable_fails_before_any_job_with_one_line(tmp_path):
     assert "fedleak: FEDLEAK_SLURM_GPUS='two': expected a number" in proc.stderr.splitlines()
 
 
+@pytest.mark.slow
 def test_a_configfile_replaces_the_embedded_default(tmp_path):
     """--configfile is the whole experiment: nothing of config/config.yaml leaks into it."""
     root = copy_project(tmp_path / "project")

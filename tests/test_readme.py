@@ -5,10 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from conftest import commands, readme_block
 from test_pipeline import ENV, copy_project
 
 
+@pytest.mark.slow
 def test_every_step_without_snakemake_runs_as_written(tmp_path):
     root = copy_project(tmp_path / "project")
     for command in commands(readme_block("## Every step without Snakemake", "bash")):
@@ -18,6 +20,7 @@ def test_every_step_without_snakemake_runs_as_written(tmp_path):
     assert (root / "results/fl/digits-lenet-iid-k10/dp_gaussian-0.01/seed0/metrics.json").is_file()
 
 
+@pytest.mark.slow
 def test_python_api_example_runs_and_reconstructs(tmp_path):
     proc = subprocess.run([sys.executable, "-c", readme_block("## Python API", "python")],
                           cwd=tmp_path, env=ENV, capture_output=True, text=True)

@@ -113,6 +113,7 @@ def test_gradient_features_pool_the_concatenated_update_and_are_differentiable()
 
 # -- adversaries ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_adversaries_infer_the_attribute_from_clean_gradients(setup, stru_nn):
     s = setup
     feats, ink = s["feats"], s["attrs"]["ink"]
@@ -412,6 +413,7 @@ def two_attributes():
     return dict(x=x, y=y, attrs=attrs, model=model, test=test, zoo=zoo, adversaries=advs)
 
 
+@pytest.mark.slow
 def test_gamma_moves_protection_from_one_attribute_to_the_other(two_attributes):
     """Eq. 9 at a fixed epsilon (P = 2 to stay fast): as gamma_ink goes 0 -> 1 and
     gamma_slant = 1 - gamma_ink, a clean-trained Stru-NN reads ink worse and slant better."""

@@ -11,7 +11,7 @@ from conftest import REPO
 from fedleak import config, data, defenses
 from fedleak.adversaries.zoo import train_zoo
 from fedleak.data.attributes import CLASSES, stand_in
-from fedleak.experiment import plan
+from fedleak.experiment import configuration, plan
 from fedleak.fl.client import client_update
 from fedleak.models import LeNet
 from fedleak.types import DefenseContext, Update
@@ -61,10 +61,11 @@ def test_the_lfw_stand_in_person_has_one_value_of_every_attribute():
 def test_a_case_partitioned_by_an_attribute_is_named_and_checked():
     case = {"dataset": "lfw", "model": "attribute_cnn", "layout": "lfw",
             "partition": {"kind": "attribute", "attribute": "identity", "clients": 10}}
-    built = config.validate({"datasets": {"lfw": {"stand_in": "digits"}}, "cases": [case]})
+    built = configuration.validate({"datasets": {"lfw": {"stand_in": "digits"}}, "cases": [case]})
     assert plan.case_names(built) == ["lfw-attribute_cnn-byidentity-k10"]
     bad = {**case, "partition": {**case["partition"], "attribute": "person"}}
-    bad_config = config.validate({"datasets": {"lfw": {"stand_in": "digits"}}, "cases": [bad]})
+    bad_config = configuration.validate({"datasets": {"lfw": {"stand_in": "digits"}},
+                                         "cases": [bad]})
     with pytest.raises(config.ConfigError, match=r"case lfw/attribute_cnn 'partition.attribute':"
                                                  r" 'person' is not an attribute of dataset "
                                                  r"'lfw'; expected one of \['age', "):
@@ -126,7 +127,7 @@ def test_an_fl_client_update_carries_the_client_index(zoo_setup):
 # -- paired sweep values --------------------------------------------------------------------
 
 def paired_config(paired: dict, strengths=(0.01, 0.1)) -> dict:
-    return config.validate({
+    return configuration.validate({
         "defenses": {"none": {"strengths": [0]},
                      "dp_gaussian": {"strengths": [0.001, 0.01, 0.1], "params": {"clip": 20.0}}},
         "targets": {"t": {"title": "t", "select": [
@@ -154,7 +155,7 @@ def test_bad_paired_values_name_the_key(paired, match):
 
 
 def test_every_recupfl_dp_curve_uses_the_papers_clip_range_per_dataset():
-    paper = config.load(PAPER)
+    paper = configuration.load(PAPER)
     ranges = {"audiomnist": (20, 22), "adult": (20, 22), "lfw": (1e-8, 1e-3),
               "celeba": (2e-6, 0.1)}  # §5.5
     seen = set()
@@ -175,7 +176,7 @@ def test_every_recupfl_dp_curve_uses_the_papers_clip_range_per_dataset():
 
 
 def test_recupfl_reference_rows_match_columns_of_their_targets_tables():
-    paper = config.load(PAPER)
+    paper = configuration.load(PAPER)
     assert len(paper["reference"]) >= 10
     for name, reference in paper["reference"].items():
         table = paper["targets"][name]["table"]

@@ -9,7 +9,9 @@ import pytest
 from conftest import REPO
 
 from fedleak import config
-from fedleak.experiment import gather, paths, phases, plan
+from fedleak.experiment import configuration, gather, paths, plan
+from fedleak.experiment.phases import target
+from fedleak.experiment.phases.train_zoo import zoo_attributes
 from fedleak.report.targets import (
     FIGURES,
     TargetInputs,
@@ -107,7 +109,7 @@ def test_write_target_applies_where_to_its_table_and_figure(tmp_path):
 
 
 def small_config() -> dict:
-    return config.validate({
+    return configuration.validate({
         "cases": [{"dataset": "digits_attributes", "model": "lenet",
                    "partition": {"kind": "iid", "clients": 4}}],
         "fl": {"seeds": [0], "rounds": 2},
@@ -126,7 +128,7 @@ def small_config() -> dict:
 
 def write_runs(cfg: dict, results) -> None:
     """An FL metrics file per planned FL run; an attribute metrics file per attribute job."""
-    for case, setting in plan.fl_jobs(cfg):
+    for case, setting in plan.fl_settings(cfg):
         write_json(paths.fl_metrics(results, case, setting, 0), {
             "case": case, "setting": setting.text, "defense": setting.label,
             "strength": setting.strength, "seed": 0, "final_accuracy": 0.8,
@@ -146,7 +148,7 @@ def test_a_target_gathers_the_attribute_jobs_of_its_points_and_waits_for_them(tm
     jobs = plan.attribute_jobs(cfg)
     assert {s.text for _, s in jobs} == {"dp_gaussian-0.01~fl.participation=0.5",
                                          "dp_gaussian-0.1~fl.participation=0.5"}
-    files = phases.target_files(cfg, tmp_path, "t")
+    files = target.target_files(cfg, tmp_path, "t")
     assert {paths.attribute_metrics(tmp_path, c, s, 0) for c, s in jobs} <= set(files)
     assert not any("pruning" in str(f) for f in files if "attribute" in f.parts)
     write_runs(cfg, tmp_path)
@@ -159,7 +161,7 @@ def test_a_target_gathers_the_attribute_jobs_of_its_points_and_waits_for_them(tm
             "adversary", "attribute", "round", "attribute_asr", "chance", "learning_loss",
             "accuracy"} <= set(frame.columns)
     assert frame["participation"].unique().tolist() == [0.5]
-    phases.write_target(cfg, tmp_path, "t")
+    target.write_target(cfg, tmp_path, "t")
     table = pd.read_csv(paths.target_dir(tmp_path, "t") / "t.csv")
     assert len(table) == 4  # 2 strengths x 2 adversaries at round 1 (where)
     assert table.set_index(["strength", "adversary"]).loc[(0.1, "rf"), "attribute_asr"] == \
@@ -174,11 +176,12 @@ def test_a_target_gathers_the_attribute_jobs_of_its_points_and_waits_for_them(tm
 ])
 def test_bad_attribute_targets_name_the_key(target, key):
     with pytest.raises(config.ConfigError, match=key):
-        config.validate({"targets": {"t": {"title": "t", "select": [{"attacks": []}], **target}}})
+        configuration.validate(
+            {"targets": {"t": {"title": "t", "select": [{"attacks": []}], **target}}})
 
 
 def test_the_recupfl_paper_config_plans_attribute_jobs_only_where_targets_read_them():
-    paper = config.load(REPO / "config" / "paper" / "recupfl.yaml")
+    paper = configuration.load(REPO / "config" / "paper" / "recupfl.yaml")
     attributed = set(plan.attribute_jobs(paper))
     by_target = {}
     for point in plan.points(paper):
@@ -193,15 +196,15 @@ def test_the_recupfl_paper_config_plans_attribute_jobs_only_where_targets_read_t
     assert cases["audiomnist"][0] == "identity" and cases["adult"] == ["race"]
     assert cases["lfw"] == ["race", "age", "gender", "glasses", "hair"]
     assert 49 in plan.checkpoint_rounds(paper) and paper["fl"]["rounds"] >= 50
-    smoke = config.validate({**config.read(REPO / "config" / "paper" / "recupfl.yaml"),
+    smoke = configuration.validate({**config.read(REPO / "config" / "paper" / "recupfl.yaml"),
                              "smoke": True})
     assert {paper_case["dataset"] for paper_case in smoke["cases"]} == {
         "audiomnist", "adult", "lfw", "celeba"}
     assert all(smoke["datasets"][d]["stand_in"] == "digits"
                for d in ("audiomnist", "adult", "lfw", "celeba"))
-    assert len(plan.fl_jobs(smoke)) <= 25 and len(plan.attribute_jobs(smoke)) <= 16
+    assert len(plan.fl_settings(smoke)) <= 25 and len(plan.attribute_jobs(smoke)) <= 16
     for cfg in (paper, smoke):  # RecUP-FL protects attributes its case's zoo has
-        for case, setting in plan.fl_jobs(cfg):
+        for case, setting in plan.fl_settings(cfg):
             name, params = plan.defense_of(cfg, setting)
             if name == "recupfl":
                 assert set(params["attributes"]) <= set(plan.attributes(cfg, case)), setting
@@ -210,12 +213,12 @@ def test_the_recupfl_paper_config_plans_attribute_jobs_only_where_targets_read_t
 def test_the_zoo_learns_the_attributes_a_recupfl_setting_protects():
     """``plan.zoo_attributes``: the attributes of the planned RecUP-FL settings, every one
     of the case's where a setting protects them all (attributes: null)."""
-    default = config.load(REPO / "config" / "config.yaml")
+    default = configuration.load(REPO / "config" / "config.yaml")
     (case,) = plan.attribute_cases(default)
     assert plan.attributes(default, case) == ["ink", "slant"]
-    assert plan.zoo_attributes(default, case) == ["ink"]  # recupfl protects ink only
+    assert zoo_attributes(default, case) == ["ink"]  # recupfl protects ink only
     default["defenses"]["recupfl"]["params"]["attributes"] = None
-    assert plan.zoo_attributes(default, case) == ["ink", "slant"]
-    paper = config.load(REPO / "config" / "paper" / "recupfl.yaml")
+    assert zoo_attributes(default, case) == ["ink", "slant"]
+    paper = configuration.load(REPO / "config" / "paper" / "recupfl.yaml")
     lfw = next(c for c in plan.attribute_cases(paper) if c.startswith("lfw"))
-    assert set(plan.zoo_attributes(paper, lfw)) >= {"race", "age", "gender"}
+    assert set(zoo_attributes(paper, lfw)) >= {"race", "age", "gender"}

@@ -11,7 +11,7 @@ from conftest import REPO
 
 from fedleak import config as cfg
 from fedleak import data
-from fedleak.experiment import plan
+from fedleak.experiment import configuration, plan
 from fedleak.report import privacy_grid
 from fedleak.report.targets import FIGURES, TargetInputs, write_target
 from fedleak.utils.io import save_image_grid
@@ -152,7 +152,7 @@ def test_client_dirichlet_refuses_data_too_small():
 
 
 def test_a_selection_picks_cases_by_partition_kind():
-    config = cfg.validate({
+    config = configuration.validate({
         "cases": [{"dataset": "digits", "model": "lenet"},
                   {"dataset": "digits", "model": "lenet",
                    "partition": {"kind": "client_dirichlet", "alpha": 1.0}}],
@@ -163,13 +163,14 @@ def test_a_selection_picks_cases_by_partition_kind():
     assert cases == {"a": "digits-lenet-clientdirichlet1-k10", "b": "digits-lenet-iid-k10"}
     with pytest.raises(cfg.ConfigError, match=r"'targets.a.select\[0\].partitions\[0\]': "
                                               r"'noniid' is not one of"):
-        cfg.validate({"targets": {"a": {"title": "a", "select": [{"partitions": ["noniid"]}]}}})
+        configuration.validate(
+            {"targets": {"a": {"title": "a", "select": [{"partitions": ["noniid"]}]}}})
 
 
 @pytest.mark.parametrize("smoke", [False, True])
 def test_refiner_reads_the_new_cases_only_in_figs_11_to_13(smoke):
     raw = cfg.read(REPO / "config" / "paper" / "refiner.yaml")
-    config = cfg.validate({**raw, "smoke": smoke})
+    config = configuration.validate({**raw, "smoke": smoke})
     cases: dict[str, set[str]] = {}
     for point in plan.points(config):
         cases.setdefault(point.target, set()).add(point.case)

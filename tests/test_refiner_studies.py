@@ -13,8 +13,14 @@ from conftest import REPO
 
 from fedleak import config, defenses, metrics
 from fedleak.defenses.refiner import layer_weights, project_to_ball
-from fedleak.experiment import paths, phases, plan, studies
+from fedleak.experiment import configuration, paths, pipeline, plan
+from fedleak.experiment.phases.prepare_data import prepare_data
+from fedleak.experiment.phases.study import inputs as study_inputs
+from fedleak.experiment.phases.study import run as run_study
+from fedleak.experiment.phases.target import write_target
+from fedleak.experiment.phases.train_evalnet import train_evalnet
 from fedleak.experiment.studies.evalnet_blend import blend_predictions
+from fedleak.experiment.studies.registry import load as load_study
 from fedleak.models import LeNet
 from fedleak.report import load_target
 from fedleak.report.targets import compare
@@ -104,18 +110,20 @@ def test_blend_predictions_rise_with_the_noise_ratio(natural_evalnet, digits):
     assert np.all(np.diff(means) > 0)
 
 
+@pytest.mark.slow
 def test_the_studies_plan_evaluation_networks_and_no_run():
-    refiner = config.validate(copy.deepcopy(REFINER))
+    refiner = configuration.validate(copy.deepcopy(REFINER))
     assert {"fig4", "fig5", "fig6"} <= set(plan.studies(refiner))
     points = plan.points(refiner)
     assert all(p.target not in {"fig4", "fig5", "fig6"} for p in points)
     results = paths.Path("r")
-    assert paths.evalnet_file(results, "svhn") in studies.inputs(refiner, results, "fig4")
-    assert studies.inputs(refiner, results, "fig6") == [
+    assert paths.evalnet_file(results, "svhn") in study_inputs(refiner, results, "fig4")
+    assert study_inputs(refiner, results, "fig6") == [
         paths.data_manifest(results, "cifar10"), paths.evalnet_file(results, "cifar10")]
-    outputs = phases.outputs(refiner, results)
+    outputs = pipeline.outputs_of(refiner, results, ["train_evalnet"],
+                                  pipeline.walk(refiner, results))
     assert {paths.evalnet_file(results, d) for d in ("svhn", "cifar10", "cifar100")} <= set(
-        outputs["evalnet"])
+        outputs)
     # Table 10 reads the runs Fig. 7 plans: no run of its own
     fig7 = {(p.case, p.setting) for p in points if p.target == "fig7"}
     table10 = {(p.case, p.setting) for p in points if p.target == "table10"}
@@ -137,7 +145,7 @@ def test_a_bad_study_is_refused_naming_the_key(target, change, message):
     bad = copy.deepcopy(REFINER)
     change(bad["targets"][target]["study"])
     with pytest.raises(config.ConfigError, match=message):
-        config.validate(bad)
+        configuration.validate(bad)
 
 
 def test_more_images_than_a_listed_dataset_holds_is_refused():
@@ -145,22 +153,23 @@ def test_more_images_than_a_listed_dataset_holds_is_refused():
     bad["smoke_overrides"]["targets"]["fig4"]["study"]["images"] = 5000
     with pytest.raises(config.ConfigError, match=r"'targets.fig4.study.images' 5000 is more than "
                                                  r"the test split of 'svhn' holds"):
-        config.validate(bad)
+        configuration.validate(bad)
 
 
 @pytest.fixture(scope="module")
 def smoke_results(tmp_path_factory):
     """The smoke configuration's prepared stand-ins and evaluation networks, twice."""
-    smoke = config.validate({**copy.deepcopy(REFINER), "smoke": True})
+    smoke = configuration.validate({**copy.deepcopy(REFINER), "smoke": True})
     roots = [tmp_path_factory.mktemp(f"results{i}") for i in range(2)]
     for root in roots:
         for dataset in ("natural", "svhn", "cifar10", "cifar100"):
-            phases.prepare_data(smoke, root, dataset)
+            prepare_data(smoke, root, dataset)
         for dataset in ("svhn", "cifar10", "cifar100"):
-            phases.train_evalnet(smoke, root, dataset)
+            train_evalnet(smoke, root, dataset)
     return smoke, roots
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, shape, rows", [
     ("fig4", (3, 9, 3, 32, 32), 27),
     ("fig5", (3, 10, 3, 32, 32), 30),
@@ -169,15 +178,15 @@ def smoke_results(tmp_path_factory):
 def test_a_study_writes_the_same_bytes_twice_and_its_figure(smoke_results, name, shape, rows):
     smoke, roots = smoke_results
     for root in roots:
-        studies.run(smoke, root, name)
+        run_study(smoke, root, name)
     out = [paths.study_dir(root, name) for root in roots]
     for file in ("metrics.json", "images.npy", "images_titles.npy", "images_rows.npy"):
         assert (out[0] / file).read_bytes() == (out[1] / file).read_bytes()
-    measured = studies.load(roots[0], name)
+    measured = load_study(roots[0], name)
     assert measured.arrays["images"].shape == shape
     assert measured.arrays["images_titles"].shape == shape[:2]
     assert len(measured.rows) == rows
-    phases.write_target(smoke, roots[0], name)
+    write_target(smoke, roots[0], name)
     result = load_target(paths.target_dir(roots[0], name))
     assert (paths.target_dir(roots[0], name) / f"{name}.png").stat().st_size > 0
     if name == "fig5":  # one image: the rows are the strip's own predictions
@@ -199,11 +208,11 @@ def test_a_study_with_more_images_than_prepared_fails_before_measuring(smoke_res
     bad["targets"]["fig6"]["study"]["images"] = 10_000
     with pytest.raises(ValueError, match=r"refiner_init study: 'images' 10000 is more than the "
                                          r"\d+ test images of 'cifar10'"):
-        studies.run(bad, roots[1], "fig6")
+        run_study(bad, roots[1], "fig6")
     bad["targets"]["fig4"]["study"]["images"] = 10_000
     with pytest.raises(ValueError, match=r"evalnet_blend study: 'images' 10000 is more than "
                                          r"the \d+ test images of 'svhn'"):
-        studies.run(bad, roots[1], "fig4")
+        run_study(bad, roots[1], "fig4")
 
 
 def test_table10_compares_only_the_numbers_the_paper_prints():

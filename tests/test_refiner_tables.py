@@ -7,8 +7,8 @@ import pytest
 import torch
 from conftest import REPO
 
-from fedleak import config, defenses
-from fedleak.experiment import plan
+from fedleak import defenses
+from fedleak.experiment import configuration, plan
 from fedleak.models import LeNet
 
 
@@ -54,7 +54,7 @@ def test_a_bad_layer_names_the_value_and_the_layers(context, layer):
 
 
 def test_refiner_plans_tables_1_and_2_on_the_centralised_case():
-    refiner = config.load(REPO / "config" / "paper" / "refiner.yaml")
+    refiner = configuration.load(REPO / "config" / "paper" / "refiner.yaml")
     points = plan.points(refiner)
     table1 = [p for p in points if p.target == "table1"]
     table2 = [p for p in points if p.target == "table2"]
@@ -82,7 +82,7 @@ def test_refiner_plans_tables_1_and_2_on_the_centralised_case():
 
 
 def test_a_selection_picks_cases_by_clients():
-    built = config.validate({
+    built = configuration.validate({
         "cases": [{"dataset": "digits", "model": "lenet"},
                   {"dataset": "digits", "model": "lenet", "partition": {"clients": 1}}],
         "defenses": {"none": {"strengths": [0]}, "layer_noise": {"strengths": [0.1]}},

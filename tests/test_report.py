@@ -118,6 +118,7 @@ def test_empty_inputs(tmp_path: Path) -> None:
     assert write_figures(tables, [], tmp_path / "figures") == []
 
 
+@pytest.mark.slow
 def test_figures_deterministic(inputs: dict[str, list[Path]], tmp_path: Path) -> None:
     root = tmp_path / "results"
     _, figures = _build(inputs, root)
@@ -140,6 +141,7 @@ def test_save_figure_deterministic(tmp_path: Path, suffix: str) -> None:
     assert paths[0].read_bytes() == paths[1].read_bytes()
 
 
+@pytest.mark.slow
 def test_report(inputs: dict[str, list[Path]], tmp_path: Path) -> None:
     root = tmp_path / "results"
     tables, figures = _build(inputs, root)

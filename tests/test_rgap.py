@@ -45,6 +45,7 @@ def test_cnn6_and_cnn10_are_r_gaps_bias_free_leakyrelu_networks():
         assert layers[-1].in_features == 3200 and model(torch.zeros(1, 3, 32, 32)).shape == (1, 10)
 
 
+@pytest.mark.slow
 def test_rgap_recovers_a_digit_from_an_undefended_cnn6_gradient(digits):
     """The issue's check: CNN6 (random weights, 1x32x32), one digit, undefended: >= 30 dB;
     the label inferred from the bias-free head; every layer determined (rank = unknowns)."""
@@ -62,6 +63,7 @@ def test_rgap_recovers_a_digit_from_an_undefended_cnn6_gradient(digits):
     assert max(errors) < 1e-3 and rec.stop_reason == "closed_form" and rec.iterations == 7
 
 
+@pytest.mark.slow
 def test_per_layer_errors_grow_toward_the_input_on_cnn10(digits):
     """Exact gradient: every layer recovered (errors ~1e-6, float32 gradients); a little
     noise (sigma 1e-6): the error grows from the last layer to the input (Fig. A2)."""
@@ -79,6 +81,7 @@ def test_per_layer_errors_grow_toward_the_input_on_cnn10(digits):
     assert all(math.isfinite(layer["residual"]) for layer in noisy.extra["layers"])
 
 
+@pytest.mark.slow
 def test_a_defense_lowers_rgaps_psnr_and_the_attack_is_deterministic(digits):
     x, y = digit(digits, 16)
     model = seeded("cnn6", 16)
@@ -134,6 +137,7 @@ def in_range_digit(digits, size: int = 16):
     return 0.01 + 0.98 * x, y
 
 
+@pytest.mark.slow
 def test_the_prior_solves_the_lowest_layers_through_the_generator(digits):
     """GIAS Eq. 11, prior_layers k counted from the input: the convolutions above k are the
     closed form's (the same errors, ~1e-7), convolution k's input is f_k(G(z*)) and every
@@ -194,7 +198,7 @@ def test_the_attack_phase_records_every_layers_error(digits, tmp_path):
     """metrics.json's victim record holds layer_errors (input first) and the layer reports
     of an attack whose reconstruction carries per-layer inputs, and the target frame reads
     them; other attacks' records have none."""
-    from fedleak.experiment.phases import _victim_record
+    from fedleak.experiment.records import victim_record as _victim_record
     from fedleak.report.tables import ATTACK_KEYS, victim_rows
     from fedleak.utils.io import write_json
 

@@ -1,6 +1,7 @@
-"""The package's shape: layers import only downwards, the experiment layer and the CLI name
-no attack or defense, the schema is the one source of every default, every artifact kind
-has files and a loader."""
+"""The package's shape: layers import only downwards, no two files import each other in a
+circle, at most two files are long, the experiment layer and the CLI name no attack or
+defense, the schema is the one source of every default, every artifact kind has files and
+a loader."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import torch
 from conftest import REPO
 
 from fedleak import attacks, config, defenses
-from fedleak.experiment.artifacts import KINDS
+from fedleak.experiment import phases
+from fedleak.experiment.phase import Kind
 from fedleak.types import ARTIFACTS
 
 PACKAGE = REPO / "src" / "fedleak"
@@ -71,11 +73,54 @@ def test_units_import_each_other_without_cycles():
     assert [unit for unit in graph if reaches(unit, unit, {unit})] == []
 
 
+def _file_imports() -> dict[str, set[str]]:
+    """Module -> the package's modules its source imports anywhere in it (inside functions
+    too): ``from a import b`` is an edge to module ``a.b`` where that is a module, else to
+    ``a``. Importing a submodule also runs its package's ``__init__``, which is no edge."""
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        found = graph.setdefault(module, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name in modules}
+            elif isinstance(node, ast.ImportFrom) and node.module in modules:
+                found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules
+                          else node.module for a in node.names}
+        found.discard(module)
+    return graph
+
+
+def test_no_two_files_import_each_other_in_a_circle():
+    graph = _file_imports()
+    circles = []
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            module = todo.pop()
+            if module == start:
+                circles.append(start)
+                break
+            if module not in seen:
+                seen.add(module)
+                todo += graph[module]
+    assert circles == []
+
+
+def test_at_most_two_files_are_over_450_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 450}
+    assert len(long) <= 2, long
+
+
 def test_cli_and_experiment_special_case_no_attack_or_defense():
     """No comparison with an attack or defense name: what a class needs is data on it."""
     names = set(attacks.available()) | set(defenses.available())
     compared = re.compile(r"""(?:==|!=|\bin\s*[\[({])\s*["']([a-z_]+)["']""")
-    for path in [PACKAGE / "cli.py", *sorted((PACKAGE / "experiment").glob("*.py"))]:
+    for path in [PACKAGE / "cli.py", *sorted((PACKAGE / "experiment").rglob("*.py"))]:
         for line in path.read_text().splitlines():
             for match in compared.finditer(line):
                 assert match[1] not in names, f"{path.name}: {line.strip()}"
@@ -137,7 +182,18 @@ def test_build_rejects_an_unknown_keyword_by_name(kind, registry):
 
 
 def test_every_artifact_kind_has_files_and_a_loader():
-    assert set(KINDS) == set(ARTIFACTS)
+    for kind, (_, phase) in ARTIFACTS.items():
+        assert isinstance(phases.load(phase).kinds.get(kind), Kind), (kind, phase)
+    declared = {k for name in phases.NAMES for k in phases.load(name).kinds}
+    assert declared == set(ARTIFACTS)
+
+
+@pytest.mark.parametrize("kind, registry", [("attacks", attacks), ("defenses", defenses)])
+def test_every_need_names_an_artifact_kind(kind, registry):
+    reg = attacks.base._REGISTRY if kind == "attacks" else defenses.base._REGISTRY
+    for name in reg.available():
+        for need in getattr(reg.get(name), "needs", {}).values():
+            assert need.kind in ARTIFACTS, (name, need.kind)
 
 
 def test_eval_mode_is_restored():
@@ -162,6 +218,7 @@ def test_workflow_schema_is_the_packaged_schema():
     assert linked.resolve() == (PACKAGE / "schemas" / "config.schema.yaml").resolve()
 
 
+@pytest.mark.slow
 def test_snakemake_lint_is_clean(tmp_path):
     import subprocess
     import sys

@@ -11,7 +11,10 @@ import torch
 from conftest import REPO
 
 from fedleak import config
-from fedleak.experiment import paths, phases, plan, studies
+from fedleak.experiment import configuration, paths, pipeline, plan
+from fedleak.experiment.phases.prepare_data import prepare_data
+from fedleak.experiment.phases.study import run as run_study
+from fedleak.experiment.phases.target import target_files, write_target
 from fedleak.experiment.studies.perturbation import perturbations
 from fedleak.report import load_target
 
@@ -28,17 +31,19 @@ def test_the_perturbations_are_what_they_say():
     assert noise.abs().max() <= 0.1 + 1e-7 and noise.abs().max() > 0.05
 
 
+@pytest.mark.slow
 def test_fig3_is_a_study_that_plans_no_run():
-    refiner = config.validate(copy.deepcopy(REFINER))
+    refiner = configuration.validate(copy.deepcopy(REFINER))
     assert "fig3" in plan.studies(refiner)
     assert all(p.target != "fig3" for p in plan.points(refiner))
     assert refiner["targets"]["fig3"]["study"] == {
         "kind": "perturbation", "dataset": "natural", "images": 100, "shift": 1, "scale": 0.5,
         "noise": 0.11, "seed": 0}
-    assert phases.target_files(refiner, paths.Path("r"), "fig3") == [
+    assert target_files(refiner, paths.Path("r"), "fig3") == [
         paths.study_dir(paths.Path("r"), "fig3")]
-    assert paths.data_manifest(paths.Path("r"), "natural") in phases.outputs(
-        refiner, paths.Path("r"))["data"]
+    results = paths.Path("r")
+    assert paths.data_manifest(results, "natural") in pipeline.outputs_of(
+        refiner, results, ["prepare_data"], pipeline.walk(refiner, results))
 
 
 @pytest.mark.parametrize("change, message", [
@@ -60,20 +65,20 @@ def test_a_bad_study_is_refused_naming_the_key(change, message):
     bad = copy.deepcopy(REFINER)
     change(bad["targets"]["fig3"])
     with pytest.raises(config.ConfigError, match=message):
-        config.validate(bad)
+        configuration.validate(bad)
 
 
 def test_a_study_target_from_measurement_to_comparison(tmp_path):
-    smoke = config.validate({**copy.deepcopy(REFINER), "smoke": True})
-    phases.prepare_data(smoke, tmp_path, "natural")
-    studies.run(smoke, tmp_path, "fig3")
+    smoke = configuration.validate({**copy.deepcopy(REFINER), "smoke": True})
+    prepare_data(smoke, tmp_path, "natural")
+    run_study(smoke, tmp_path, "fig3")
     again = tmp_path / "again"
-    phases.prepare_data(smoke, again, "natural")
-    studies.run(smoke, again, "fig3")
+    prepare_data(smoke, again, "natural")
+    run_study(smoke, again, "fig3")
     for name in ("metrics.json", "images.npy", "images_titles.npy"):  # same bytes
         assert (paths.study_dir(tmp_path, "fig3") / name).read_bytes() == (
             paths.study_dir(again, "fig3") / name).read_bytes()
-    phases.write_target(smoke, tmp_path, "fig3")
+    write_target(smoke, tmp_path, "fig3")
     result = load_target(paths.target_dir(tmp_path, "fig3"))
     table = result.table.set_index("perturbation")["mse"]
     assert list(table.index) == ["noise", "scale", "shift"]
@@ -85,10 +90,10 @@ def test_a_study_target_from_measurement_to_comparison(tmp_path):
 
 
 def test_a_study_asking_for_more_images_than_prepared_fails_before_measuring(tmp_path):
-    smoke = config.validate({**copy.deepcopy(REFINER), "smoke": True})
+    smoke = configuration.validate({**copy.deepcopy(REFINER), "smoke": True})
     smoke["targets"]["fig3"]["study"]["images"] = 40  # under the bound, over the 18 there
-    phases.prepare_data(smoke, tmp_path, "natural")
+    prepare_data(smoke, tmp_path, "natural")
     with pytest.raises(ValueError, match=r"'images' 40 is more than the \d+ test images of "
                                          r"'natural'"):
-        studies.run(smoke, tmp_path, "fig3")
+        run_study(smoke, tmp_path, "fig3")
     assert not paths.study_dir(tmp_path, "fig3").exists()

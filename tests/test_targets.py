@@ -11,11 +11,11 @@ from conftest import REPO
 from conftest import lenet_victims as victims
 
 from fedleak import attacks, config, defenses
-from fedleak.experiment import plan
+from fedleak.experiment import configuration, plan
 from fedleak.report.targets import TargetInputs, build_table, compare
 from fedleak.types import Setting
 
-EPAFL = config.load(REPO / "config" / "paper" / "epafl.yaml")
+EPAFL = configuration.load(REPO / "config" / "paper" / "epafl.yaml")
 
 
 def test_a_sweep_makes_one_setting_per_value_and_shares_repeated_work():
@@ -27,11 +27,11 @@ def test_a_sweep_makes_one_setting_per_value_and_shares_repeated_work():
     assert cell.setting == Setting("none", 0)
     jobs = plan.jobs(EPAFL)
     assert jobs[cell.case, cell.setting] == ("dlg", "hybrid", "idlg", "plateau", "threshold")
-    assert len(jobs) == 34 and len(plan.fl_jobs(EPAFL)) == 2  # sweeps of attacks share FL
+    assert len(jobs) == 34 and len(plan.fl_settings(EPAFL)) == 2  # sweeps of attacks share FL
 
 
 def test_a_defense_parameter_sweep_is_a_short_override():
-    refiner = config.load(REPO / "config" / "paper" / "refiner.yaml")
+    refiner = configuration.load(REPO / "config" / "paper" / "refiner.yaml")
     table6 = [p.setting.text for p in plan.points(refiner) if p.target == "table6"]
     assert table6 == ["refiner-0.1~beta=0.001", "refiner-0.1~beta=0.01", "refiner-0.1~beta=0.1",
                       "refiner-0.1", "refiner-0.1~beta=10.0", "refiner-0.1~beta=100.0",
@@ -42,7 +42,7 @@ def test_a_selection_picks_cases_by_model_and_dataset():
     """GIAS: the R-GAP figures select the CNN6/CNN10 cases, Table 1 the ResNet one of the same
     dataset; one FL run per case, shared by the targets that select it."""
     cases = [{"dataset": "digits", "model": m} for m in ("resnet10", "cnn6", "cnn10")]
-    built = config.validate({
+    built = configuration.validate({
         "cases": cases, "attacks": {"rgap": {}, "dlg": {}},
         "targets": {
             "table1": {"title": "t", "select": [{"attacks": ["dlg"], "models": ["resnet10"]}],
@@ -73,7 +73,7 @@ def test_a_selection_picks_cases_by_model_and_dataset():
 ])
 def test_bad_selections_name_the_key(select, key):
     with pytest.raises(config.ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
-        config.validate({"attacks": {"dlg": {}}, "targets": {
+        configuration.validate({"attacks": {"dlg": {}}, "targets": {
             "t": {"title": "t", "select": [select], "table": {"rows": ["case"],
                                                                "metrics": ["psnr"]}}}})
 
@@ -81,10 +81,10 @@ def test_bad_selections_name_the_key(select, key):
 def test_a_table_row_key_must_be_a_column_and_a_metric_a_known_one():
     base = {"attacks": {"dlg": {}}}
     with pytest.raises(config.ConfigError, match="'threshold' is not a column"):
-        config.validate({**base, "targets": {"t": {"title": "t", "select": [{}], "table": {
+        configuration.validate({**base, "targets": {"t": {"title": "t", "select": [{}], "table": {
             "rows": ["threshold"], "metrics": ["psnr"]}}}})
     with pytest.raises(config.ConfigError, match="psnr:best"):
-        config.validate({**base, "targets": {"t": {"title": "t", "select": [{}], "table": {
+        configuration.validate({**base, "targets": {"t": {"title": "t", "select": [{}], "table": {
             "rows": ["case"], "metrics": ["psnr:best"]}}}})
 
 
@@ -127,6 +127,7 @@ def test_comparison_puts_the_paper_beside_us_and_counts_agreeing_orders():
     assert agreement == {"asr": "0/2"}
 
 
+@pytest.mark.slow
 def test_snapshots_record_the_reconstruction_at_chosen_iterations(digits):
     model, x, y = victims(digits, 1)[0]
     ctx = defenses.DefenseContext(model, x, y)
@@ -160,7 +161,8 @@ def test_fl_history_records_the_test_loss(digits):
     from fedleak.models import LeNet
 
     train = type(digits)(digits.x[:200], digits.y[:200], 10)
-    settings = FLSettings.from_config(config.validate({"fl": {"rounds": 2, "eval_every": 1}})["fl"])
+    settings = FLSettings.from_config(
+        configuration.validate({"fl": {"rounds": 2, "eval_every": 1}})["fl"])
     torch.manual_seed(0)
     history = run_federated(LeNet(1, 10, 32), train, train, [np.arange(100), np.arange(100, 200)],
                             defenses.build("none"), settings, seed=0, progress=False)
@@ -186,7 +188,7 @@ def test_a_line_figure_gives_each_hue_one_colour_in_every_panel():
 def test_victims_with_distinct_labels_and_the_best_image_of_each_batch(tmp_path):
     """GIAS Fig. 4 / Fig. 5 protocol: B images of B different labels per victim, and each
     image metric's best image in the batch beside the batch mean."""
-    from fedleak.experiment.phases import _victim_batches
+    from fedleak.experiment.victims import victim_batches as _victim_batches
     from fedleak.report.tables import victim_rows
     from fedleak.utils.io import write_json
 
@@ -217,25 +219,26 @@ def test_a_target_may_draw_the_papers_panels_as_several_figures():
     base = {"attacks": {"dlg": {}}}
     figure = [{"kind": "line", "x": "attack", "y": ["psnr", "psnr_best"]},
               {"kind": "trace", "hue": "attack"}]
-    checked = config.validate({**base, "targets": {"fig4": {
+    checked = configuration.validate({**base, "targets": {"fig4": {
         "title": "t", "select": [{}], "figure": figure}}})
     assert [p for p, _ in config.figure_specs(checked["targets"]["fig4"])] == ["a", "b"]
     with pytest.raises(config.ConfigError, match="several y metrics .* no hue"):
-        config.validate({**base, "targets": {"fig4": {"title": "t", "select": [{}], "figure": {
-            "kind": "line", "x": "attack", "y": ["psnr", "psnr_best"], "hue": "attack"}}}})
+        configuration.validate({**base, "targets": {"fig4": {
+            "title": "t", "select": [{}], "figure": {
+                "kind": "line", "x": "attack", "y": ["psnr", "psnr_best"], "hue": "attack"}}}})
 
 
 def test_the_report_says_what_stands_in_for_the_papers_data_and_priors(tmp_path):
-    from fedleak.experiment.phases import substitutions
+    from fedleak.experiment.phases.aggregate import substitutions
     from fedleak.report.markdown import write_report
 
     path = REPO / "config" / "paper" / "gias.yaml"
-    smoke = substitutions(config.validate({**config.read(path), "smoke": True}))
+    smoke = substitutions(configuration.validate({**config.read(path), "smoke": True}))
     assert any(line.startswith("`imagenet` (3x64x64, 1000 classes) is the `digits` stand-in")
                for line in smoke)
     assert any("`cifar10`" in line and "FakeData" in line for line in smoke)  # a prior's data
     assert "on the public split of cifar10, ffhq, imagenet" in smoke[-1]
-    full = substitutions(config.load(path))
+    full = substitutions(configuration.load(path))
     assert len(full) == 1 and "DCGANs" in full[0]  # the real data; the priors still stand in
     from fedleak.report.targets import TargetResult
 

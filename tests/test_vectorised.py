@@ -167,6 +167,7 @@ def test_batchnorm_in_training_mode_uses_batch_statistics_like_the_loop(digits):
     assert max_diff(vectorised, loop) <= 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [8, 64])
 def test_reconstruct_all_vectorises_batchnorm_models_like_the_loop(digits, width):
     """BatchNorm in training mode: the engine vectorises it (measured faster than the loop
@@ -191,6 +192,7 @@ PER_PROBLEM = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("distance", sorted(DISTANCES))
 @pytest.mark.parametrize("network", ["lenet", "resnet10"])
 def test_stacked_distances_and_image_gradients_match_autograd_per_problem(
@@ -223,6 +225,7 @@ def test_stacked_distances_and_image_gradients_match_autograd_per_problem(
     assert torch.allclose(gradients, torch.stack(expected_gradients), rtol=1e-8, atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("network", ["lenet", "resnet10"])
 def test_formed_gradients_and_their_products_match_autograd_per_problem(network, float64):
     """``StackedModel.gradients`` forms each problem's own trial gradient (what CMA-ES and the
@@ -320,6 +323,7 @@ def test_a_diverging_problem_is_frozen_without_touching_the_others(digit_batch):
     assert max_diff(vectorised, loop) <= 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["dlg", "idlg"])
 def test_lbfgs_attacks_run_in_lockstep_like_the_loop(digit_batch, name, float64):
     """DLG/iDLG: 3 victims x 2 restarts, each its own L-BFGS and threshold stopper, their
@@ -354,6 +358,7 @@ def test_an_evaluation_error_in_lockstep_reaches_the_caller():
     assert threading.active_count() == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["plateau", "hybrid"])
 def test_each_stacked_problem_stops_on_its_own_like_the_loop(digit_batch, kind, float64):
     """With an EPAFL stopper, reconstruct_all still stacks 3 victims x 2 restarts of
@@ -381,6 +386,7 @@ def test_the_stacked_engine_rejects_mixed_models(digit_batch):
     assert len(attacks.reconstruct_all(attack, observations)) == 2  # falls back to the loop
 
 
+@pytest.mark.slow
 def test_same_seed_same_bytes_batched_and_looped(digit_batch):
     """Each engine is deterministic: a second run gives the same images and loss traces."""
     observations = observe(lenet(), *digit_batch)
@@ -432,6 +438,7 @@ SMALL = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
 @pytest.mark.parametrize("name", attacks.available())
 def test_every_registered_attack_runs_stacked_as_one_problem_at_a_time(name, device,

@@ -217,15 +217,23 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
+# artifact kind -> what it is, and the pipeline phase (experiment/phases/<phase>.py) that
+# declares its files and loader
 ARTIFACTS = {
-    "evalnet": "the trained evaluation network (Refiner §3.3; fedleak train-evalnet)",
-    "gan": "a trained generator prior (fedleak train-gan)",
-    "untrained_gan": "the prior's architecture (gan:) with seeded initial weights, untrained",
-    "giml_generator": "the generator meta-learned from client gradients (GIML; fedleak train-giml)",
-    "public_data": "public labelled images (x, y), the prepared dataset's public split",
-    "bn_proxy": "BatchNorm statistics of public images (GradInversion BN_proxy)",
-    "defense": "the defense whose uploads are attacked (a Defense or a registered name)",
-    "model_zoo": "defender models that infer sensitive attributes from gradients (RecUP-FL §4)",
+    "evalnet": ("the trained evaluation network (Refiner §3.3; fedleak train-evalnet)",
+                "train_evalnet"),
+    "gan": ("a trained generator prior (fedleak train-gan, or gan.weights)", "attack"),
+    "untrained_gan": ("the prior's architecture (gan:) with seeded initial weights, untrained",
+                      "attack"),
+    "giml_generator": ("the generator meta-learned from client gradients (GIML; fedleak "
+                       "train-giml)", "train_giml"),
+    "public_data": ("public labelled images (x, y), the prepared dataset's public split",
+                    "prepare_data"),
+    "bn_proxy": ("BatchNorm statistics of public images (GradInversion BN_proxy)", "attack"),
+    "defense": ("the defense whose uploads are attacked (a Defense or a registered name)",
+                "attack"),
+    "model_zoo": ("defender models that infer sensitive attributes from gradients (RecUP-FL "
+                  "§4)", "train_zoo"),
 }
 
 

@@ -1,5 +1,7 @@
-# Shared by every rule: the configuration (validated once), the plan, the path functions.
+# Shared by every rule: the configuration (validated once), the checks before any job, the
+# whole plan (every job of every phase, pipeline.walk) and the rules' functions.
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -7,10 +9,10 @@ import yaml
 from snakemake.utils import update_config
 
 from fedleak import config as fedleak_config
-from fedleak.experiment import cluster, paths, plan, priors, studies, victims
-from fedleak.experiment.artifacts import Job, attack_inputs, defense_inputs
-from fedleak.experiment.phases import missing_datasets, outputs, target_files
-from fedleak.types import Setting
+from fedleak.experiment import cluster, code, configuration, paths, phases, pipeline, priors
+from fedleak.experiment.phase import WILDCARDS
+from fedleak.experiment.phase import typed as job_identity
+from fedleak.experiment.phases.prepare_data import missing, victim_problems
 from fedleak.utils.io import write_json
 from fedleak.utils.runlock import RunInProgress, release_stale_lock
 
@@ -18,12 +20,12 @@ DEFAULT_CONFIG = "config/config.yaml"
 RESULTS = Path("results")
 
 
-def typed(value):
+def yaml_values(value):
     """Snakemake reads nested --config values as text ('3', 'true'): read them as YAML."""
     if isinstance(value, dict):
-        return {k: typed(v) for k, v in value.items()}
+        return {k: yaml_values(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [typed(v) for v in value]
+        return [yaml_values(v) for v in value]
     try:
         return yaml.safe_load(value) if isinstance(value, str) and value else value
     except yaml.YAMLError:
@@ -37,8 +39,8 @@ def load_config():
     try:
         for path in workflow.overwrite_configfiles or [DEFAULT_CONFIG]:
             update_config(given, fedleak_config.read(path))
-        update_config(given, typed(dict(workflow.config_settings.config)))
-        return fedleak_config.validate(given)
+        update_config(given, yaml_values(dict(workflow.config_settings.config)))
+        return configuration.validate(given)
     except (fedleak_config.ConfigError, OSError) as error:
         sys.exit(f"fedleak: {error}")
 
@@ -73,169 +75,82 @@ except (OSError, ValueError):  # absent, or damaged by hand: written anew
     CONFIG_CURRENT = False
 if not CONFIG_CURRENT:
     write_json(CONFIG_JSON, config)
-TARGETS = outputs(config, RESULTS)
-ROUNDS = plan.checkpoint_rounds(config)
-MISSING = missing_datasets(config, RESULTS)
+JOBS = pipeline.walk(config, RESULTS)
+WILDCARD_CONSTRAINTS = {name: constraint for name, (constraint, _) in WILDCARDS.items()}
+MISSING = missing(config, RESULTS, [job["dataset"] for job in JOBS["prepare_data"]])
 if MISSING and not DRY_RUN:
     sys.exit(f"fedleak: {MISSING[0]}")
 for reason in MISSING if DRY_RUN else []:
     print(f"fedleak: warning: {reason}", file=sys.stderr)
 # The attack jobs' victims against the prepared splits (CENSOR's stride, a victim class);
 # data not prepared yet are checked when `prepare_data` has made them, before any FL run.
-VICTIM_PROBLEMS = victims.problems(config, RESULTS)
+VICTIM_PROBLEMS = victim_problems(config, RESULTS)
 if VICTIM_PROBLEMS:
     sys.exit(f"fedleak: {VICTIM_PROBLEMS[0]}")
 
 
-def code(*subpackages):
-    """The package modules that a job runs (a change to them re-runs the job)."""
-    root = Path("src/fedleak")
-    files = [root / "cli.py", root / "config.py", root / "types.py",
-             root / "schemas" / "config.schema.yaml"]
-    for sub in ("utils", "experiment", *subpackages):
-        files += sorted((root / sub).rglob("*.py"))
-    return [str(f) for f in files]
+# -- a phase's rule, from its declaration (workflow/rules/phases.smk) -----------------------
+
+def identity(phase, wildcards):
+    return job_identity({w: getattr(wildcards, w) for w in phase.wildcards})
 
 
-def job(wildcards):
-    return Job(config, RESULTS, wildcards.case, Setting.parse(wildcards.setting),
-               int(wildcards.seed))
+def rule_code(phase):
+    """The package modules a job runs (a change to one re-runs the job; experiment.code)."""
+    return lambda wildcards: code.job_files(phase, config, RESULTS,
+                                            identity(phase, wildcards))
 
 
-def case_data(wildcards):
-    return paths.data_manifest(RESULTS, plan.find_case(config, wildcards.case)["dataset"])
+def rule_inputs(phase):
+    """The files a job reads: its inputs and its artifacts' (experiment.artifacts)."""
+    return lambda wildcards: pipeline.job_inputs(phase, config, RESULTS,
+                                                 identity(phase, wildcards), JOBS)
 
 
-def fl_inputs(wildcards):
-    return [case_data(wildcards), *defense_inputs(job(wildcards))]
+def rule_outputs(phase):
+    """Name -> path (or list), as directory() or report() where declared."""
+    def made(output):
+        path = str(output.path)
+        path = directory(path) if output.directory else path
+        if output.caption:
+            return report(path, caption=f"../report/{output.caption}.rst",
+                          category=output.category, subcategory=output.subcategory,
+                          labels=dict(output.labels) if output.labels else None,
+                          patterns=list(output.patterns))
+        return path
+    return {name: [made(o) for o in value] if isinstance(value, list) else made(value)
+            for name, value in phase.outputs(config, RESULTS, JOBS).items()}
 
 
-def fl_params(wildcards):
-    """What an FL run reads from the configuration: a change re-runs it."""
-    resolved = job(wildcards).resolved
-    return {"fl": resolved["fl"], "case": plan.find_case(config, wildcards.case),
-            "defense": plan.defense_of(resolved, Setting.parse(wildcards.setting)),
-            "rounds": ROUNDS}
+def rule_params(phase):
+    """What a job reads from the configuration: a change re-runs it."""
+    if not phase.wildcards:
+        return phase.params(config, {})
+    return lambda wildcards: phase.params(config, identity(phase, wildcards))
 
 
-def attack_checkpoint(wildcards):
-    return job(wildcards).checkpoint
+def rule_priority(phase):
+    if not phase.wildcards:
+        return phase.priority(config, RESULTS, {})
+    return lambda wildcards: phase.priority(config, RESULTS, identity(phase, wildcards))
 
 
-def attack_job_inputs(wildcards):
-    return [case_data(wildcards), *attack_inputs(job(wildcards))]
+def rule_path(phase, where):
+    """Its log or benchmark file: results/<logs|benchmarks>/<rule>/<its wildcards>."""
+    return where(RESULTS, phase.name, *phase.path_parts())
 
 
-def trained_first(wildcards):
-    """Snakemake's priority among ready jobs: a setting whose defense loads a trained
-    artifact (RecUP-FL's zoo, Refiner's evaluation network) makes its rule's longest jobs,
-    so they start first (longest first: no long job left alone at the end)."""
-    return int(bool(defense_inputs(job(wildcards))))
+def rule_arguments(phase):
+    """The job's identity as ``fedleak <command>``'s arguments (a rule defined in a loop
+    reads the names in its shell command when the job runs: they come through ``params``)."""
+    return lambda wildcards: " ".join(f"--{w} {shlex.quote(str(getattr(wildcards, w)))}"
+                                      for w in phase.wildcards)
 
 
-def cluster_resources(rule, minutes=cluster.FIXED_MINUTES):
+def cluster_resources(phase):
     """SLURM resources from the environment (fedleak.experiment.cluster), checked here,
     before any job."""
     try:
-        return cluster.resources(rule, minutes, config=config)
+        return cluster.resources(phase, config, RESULTS)
     except cluster.ClusterError as error:
         sys.exit(f"fedleak: {error}")
-
-
-def attack_minutes(wildcards):
-    this = job(wildcards)
-    return cluster.attack_minutes(this.resolved, this.attacks)
-
-
-def fl_minutes(wildcards):
-    return cluster.fl_minutes(job(wildcards).resolved,
-                              plan.find_case(config, wildcards.case)["partition"]["clients"])
-
-
-def attack_params(wildcards):
-    """What an attack job reads from the configuration: a change re-runs it."""
-    this = job(wildcards)
-    resolved = this.resolved
-    return {"attack": resolved["attack"], "fl": resolved["fl"],
-            "defense": plan.defense_of(resolved, this.setting),
-            "attacks": {label: plan.attack_of(resolved, label) for label in this.attacks},
-            # a pretrained prior's architecture, space and classes (a DCGAN's are its file's)
-            **({"gan": resolved["gan"]} if priors.pretrained(resolved) else {})}
-
-
-def giml_checkpoint(wildcards):
-    return Job(config, RESULTS, wildcards.case, Setting("none", 0),
-               config["attack"]["seeds"][0]).checkpoint
-
-
-def zoo_checkpoint(wildcards):
-    return paths.checkpoint(RESULTS, wildcards.case, plan.NONE, wildcards.seed, wildcards.round)
-
-
-def attribute_fl_metrics(wildcards):
-    """The setting's FL run: its checkpoints at attribute.rounds and its learning loss."""
-    fl = paths.fl_dir(RESULTS, wildcards.case, wildcards.setting, wildcards.seed)
-    return [fl / "metrics.json"] + [fl / f"round{r}.pt" for r in config["attribute"]["rounds"]]
-
-
-def attribute_rounds(wildcards):
-    return plan.resolve(config, Setting.parse(wildcards.setting))["attribute"]["rounds"]
-
-
-def attribute_adversaries(wildcards):
-    """The fitted adversaries the setting's attribute job uses at each of its rounds."""
-    setting = Setting.parse(wildcards.setting)
-    return [paths.adversaries_file(RESULTS, wildcards.case, plan.adversary_setting(setting, r),
-                                   wildcards.seed, r) for r in attribute_rounds(wildcards)]
-
-
-def adversary_checkpoint(wildcards):
-    return paths.checkpoint(RESULTS, wildcards.case, wildcards.setting, wildcards.seed,
-                            wildcards.round)
-
-
-def clean_attribute_spec(spec):
-    """``attribute.*`` less ``adaptive``: the model zoo and the paper's adversaries learn
-    from clean gradients whatever it is (toggling it re-runs only the attribute jobs)."""
-    return {k: v for k, v in spec.items() if k != "adaptive"}
-
-
-def adversary_params(wildcards):
-    """What fitting the adversaries reads from the configuration: a change re-runs it."""
-    resolved = plan.resolve(config, Setting.parse(wildcards.setting))
-    return {"attribute": clean_attribute_spec(resolved["attribute"]),
-            "case": plan.find_case(config, wildcards.case)}
-
-
-def attribute_params(wildcards):
-    """What an attribute job reads from the configuration: a change re-runs it."""
-    resolved = job(wildcards).resolved
-    return {"attribute": resolved["attribute"], "fl": resolved["fl"],
-            "defense": plan.defense_of(resolved, Setting.parse(wildcards.setting))}
-
-
-def aggregate_params():
-    """What the aggregate reads from the configuration: a change re-runs it."""
-    return {k: config[k] for k in ("title", "attack")}
-
-
-def caption(figure):
-    """The caption file of a standard figure: pmm_vs_psnr, tradeoff, censor, recon, evalnet,
-    attribute or matched_utility."""
-    return next(kind for kind in ("pmm_vs_psnr", "tradeoff", "censor", "recon", "evalnet",
-                                  "attribute", "matched_utility")
-                if figure.stem.startswith(kind))
-
-
-def target_inputs(wildcards):
-    return target_files(config, RESULTS, wildcards.name)
-
-
-def study_inputs(wildcards):
-    return studies.inputs(config, RESULTS, wildcards.name)
-
-
-def target_params(wildcards):
-    """What a target reads from the configuration: a change re-runs it."""
-    return {"target": config["targets"][wildcards.name],
-            "reference": config["reference"].get(wildcards.name)}

@@ -523,6 +523,12 @@ class Attack:
         with several stages or none overrides it."""
         return params["iterations"]
 
+    @classmethod
+    def check_config(cls, params: Mapping[str, Any], config: Mapping, where: str) -> None:
+        """ConfigError naming ``where`` (the parameters' key path) unless the resolved
+        ``params`` fit the pipeline's ``config`` (a rule of this attack between its
+        parameters and another section); before any job. None by default."""
+
     def reconstruct(self, victims: Victims) -> list[Reconstruction]:
         """One Reconstruction per victim of the chunk, from the subclass's ``stage``."""
         return victims.reconstructions(victims.solve(self.stage(victims)))

@@ -97,6 +97,12 @@ class ExpectationOverTransformation(Attack):
     records_snapshots = False
 
     @classmethod
+    def check_config(cls, params: Mapping[str, Any], config: Mapping, where: str) -> None:
+        """The wrapped attack's rules, on its parameters."""
+        registered(params["wraps"]).check_config(params["wraps_params"], config,
+                                                 f"{where}.wraps_params")
+
+    @classmethod
     def needs_for(cls, params: Mapping[str, Any]) -> dict[str, str]:
         return {"defense": "defense", **needs(params["wraps"], params["wraps_params"])}
 

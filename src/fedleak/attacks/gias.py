@@ -68,6 +68,7 @@ from fedleak.attacks.prior import (
     rendered,
     to_model_input,
 )
+from fedleak.config import ConfigError
 from fedleak.types import Need, Observation, artifact
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
@@ -124,6 +125,14 @@ class GIAS(Attack):
         """The iterations of the variant's stages (z/w: latent, then parameter search)."""
         stages = {"z": "latent_iterations", "w": "parameter_iterations", "x": "image_iterations"}
         return sum(params[stages[s]] for s in params["variant"].removesuffix("+BN").split("/"))
+
+    @classmethod
+    def check_config(cls, params: Mapping[str, Any], config: Mapping, where: str) -> None:
+        """``step`` selects a checkpoint of GIML's generator: GIAS has none."""
+        if params.get("step") is not None:
+            raise ConfigError(f"invalid config: '{where}.step': {params['step']!r} selects a "
+                              f"checkpoint of GIML's meta-learned generator; {cls.name} has "
+                              f"none: expected null", key=f"{where}.step")
 
     @classmethod
     def needs_for(cls, params: Mapping[str, Any]) -> dict[str, str]:

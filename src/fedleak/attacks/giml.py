@@ -46,6 +46,8 @@ from fedleak.attacks.engine import Stage, Victims
 from fedleak.attacks.gias import GIAS, MILESTONES
 from fedleak.attacks.optimization import last_recorded, optimize
 from fedleak.attacks.prior import frozen_copy, latent_dim, rendered, to_model_input
+from fedleak.config import ConfigError
+from fedleak.data.datasets import split_capacity
 from fedleak.types import Need, Observation, artifact
 
 Callback = Callable[[int, nn.Module, dict], None]
@@ -146,6 +148,11 @@ def meta_learn_generator(observations: Sequence[Observation], generator: nn.Modu
     return meta.eval().requires_grad_(False), log
 
 
+def steps(giml: Mapping) -> list[int]:
+    """The outer steps whose generator is kept: ``giml.checkpoints`` and the final one."""
+    return sorted({*giml["checkpoints"], giml["outer_steps"]})
+
+
 @register("giml")
 class GIML(GIAS):
     """GIAS with the generator produced by :func:`meta_learn_generator` (GI-z/w by default):
@@ -153,6 +160,34 @@ class GIML(GIAS):
     the final step), Fig. 6."""
 
     needs = {"generator": Need("giml_generator")}
+
+    @classmethod
+    def check_config(cls, params: Mapping[str, Any], config: Mapping, where: str) -> None:
+        """``step`` one that 'giml.checkpoints' keeps (or null: the final step); no
+        ``prior_dataset`` (the generator is meta-learned from the case's gradients); each
+        case's train split holds the ``giml.observations`` x ``giml.batch_size`` images it
+        observes."""
+        step, kept = params.get("step"), steps(config["giml"])
+        if step is not None and step not in kept:
+            raise ConfigError(f"invalid config: '{where}.step': GIML step {step!r} is not kept; "
+                              f"expected one of {kept} ('giml.checkpoints' "
+                              f"{config['giml']['checkpoints']} and the final step "
+                              f"'giml.outer_steps' {config['giml']['outer_steps']}) or null (the "
+                              f"final step)", key=f"{where}.step")
+        if params.get("prior_dataset") is not None:
+            raise ConfigError(f"invalid config: '{where}.prior_dataset': giml's generator is "
+                              f"meta-learned from the case's gradients, of no dataset; expected "
+                              f"null, got {params['prior_dataset']!r}",
+                              key=f"{where}.prior_dataset")
+        giml = config["giml"]
+        for case in config["cases"]:  # its clients' distinct observed images
+            name = case["dataset"]
+            capacity = split_capacity(name, config["datasets"].get(name, {}))
+            if capacity is not None and giml["observations"] * giml["batch_size"] > capacity:
+                raise ConfigError(f"invalid config: 'giml.observations' x 'giml.batch_size' = "
+                                  f"{giml['observations']} x {giml['batch_size']} distinct "
+                                  f"images, but the train split of {name!r} holds at most "
+                                  f"{capacity}; expected fewer")
 
     @classmethod
     def needs_for(cls, params: Mapping[str, Any]) -> dict[str, str]:

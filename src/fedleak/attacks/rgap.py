@@ -69,6 +69,7 @@ from fedleak.attacks.base import Reconstruction, register
 from fedleak.attacks.engine import Attack, Stage, Victims
 from fedleak.attacks.gias import MILESTONES
 from fedleak.attacks.prior import frozen_copy, latent_dim, rendered
+from fedleak.config import ConfigError
 from fedleak.metrics.layers import layer_errors
 from fedleak.types import Need, Observation, artifact
 
@@ -307,6 +308,16 @@ class RGAP(Attack):
         """Closed form: one solve, or the latent search's restarts with a generative model."""
         return params["latent_iterations"] * params["latent_restarts"] \
             if params["prior_layers"] else 1
+
+    @classmethod
+    def check_config(cls, params: Mapping[str, Any], config: Mapping, where: str) -> None:
+        """The latent search (``prior_layers`` > 0) runs through the pipeline's DCGAN."""
+        kind = config["gan"]["kind"]
+        if kind != "dcgan" and params.get("prior_layers"):
+            raise ConfigError(f"invalid config: '{where}.prior_layers': R-GAP's latent search "
+                              f"runs through the pipeline's DCGAN; expected 0 with gan.kind "
+                              f"{kind}, got {params['prior_layers']!r}",
+                              key=f"{where}.prior_layers")
 
     @classmethod
     def needs_for(cls, params: Mapping[str, Any]) -> dict[str, str]:

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from fedleak.data import attributes
 from fedleak.data.digit_attributes import digit_attributes
-from fedleak.data.digits import load_digits, load_mnist
+from fedleak.data.digits import DIGITS_COUNT, load_digits, load_mnist
 from fedleak.data.image_data import SHAPES, ImageData, to_channels
 
 ATTRIBUTE_DATASETS = ("digits_attributes", "mnist_attributes", "adult", "lfw", "celeba",
@@ -146,6 +146,41 @@ def load_image_folder(name: str, root: str | Path, split: str = "val", size: int
     x = torch.stack(images).float() / 255.0
     return ImageData(x, torch.as_tensor(labels, dtype=torch.int64),
                      max(IMAGE_FOLDERS[name], len(dataset.classes)))
+
+
+# Images in each split of the datasets whose size is fixed (an image folder's: its
+# max_images; an attribute dataset's: checked when it is prepared)
+SIZES = {"digits": DIGITS_COUNT, "mnist": {"train": 60000, "test": 10000},
+         "cifar10": {"train": 50000, "test": 10000}, "cifar100": {"train": 50000, "test": 10000},
+         "svhn": {"train": 73257, "test": 26032}}
+
+
+def size(name: str, spec: dict) -> int | None:
+    """Images a configured image dataset holds (an upper bound where it depends on a
+    folder; None: not known before it is prepared)."""
+    if name in ATTRIBUTE_DATASETS or name not in DATASETS:
+        return None
+    if spec.get("stand_in"):
+        return DIGITS_COUNT if spec["stand_in"] == "digits" else STAND_IN_SIZE
+    if name == "natural":
+        return spec["count"]
+    if "max_images" in spec:
+        return spec["max_images"]
+    sizes = SIZES.get(name)
+    return sizes.get(spec.get("split", "train")) if isinstance(sizes, dict) else sizes
+
+
+def split_capacity(name: str, spec: dict, split: str = "train") -> int | None:
+    """An upper bound of the images in ``split`` of a configured dataset (None: unknown)."""
+    total = size(name, spec)
+    fractions = spec.get("splits") or {}
+    if total is None or not fractions:
+        return total
+    others = sum(v for k, v in fractions.items() if k != split)
+    share = max(fractions.get(split, 0), 1 - others if split == next(iter(fractions)) else 0)
+    classes = SHAPES[name][3] if name in SHAPES else 10
+    # stratified rounding moves at most one image per class and split
+    return int(total * share) + classes * len(fractions)
 
 
 def load_stand_in(name: str, kind: str, seed: int = 0) -> ImageData:

@@ -15,6 +15,8 @@ import torch.nn.functional as F
 
 from fedleak.data.image_data import ImageData, to_channels
 
+DIGITS_COUNT = 1797  # scikit-learn's bundled digits
+
 
 def load_digits(channels: int = 1, size: int = 32) -> ImageData:
     from sklearn.datasets import load_digits as sk_digits

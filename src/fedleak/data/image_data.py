@@ -1,5 +1,5 @@
 """The samples every loader returns (:class:`ImageData`), the conversions loaders share
-(``to_channels``, ``resize_crops``) and the paper datasets' shapes that stand-ins take
+(``to_channels``, ``resized``, ``resize_crops``) and the paper datasets' shapes that stand-ins take
 (``SHAPES``)."""
 
 from __future__ import annotations
@@ -82,3 +82,10 @@ def resize_crops(crops: Iterable[torch.Tensor], size: tuple[int, int],
     if not out:
         raise ValueError("no images to load")
     return torch.cat(out)
+
+
+def resized(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """``images`` (N, C, H, W) at (H, W) ``size``, bilinear (unchanged when they have it)."""
+    if tuple(images.shape[-2:]) == tuple(size):
+        return images
+    return F.interpolate(images, size=size, mode="bilinear", align_corners=False)

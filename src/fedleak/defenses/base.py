@@ -7,8 +7,8 @@ workflow sweeps; ``build`` fills the other parameters from the schema's defaults
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from fedleak import config
 from fedleak.types import DefenseContext, Need, Update
@@ -26,6 +26,13 @@ class Defense(ABC):
     @abstractmethod
     def __call__(self, ctx: DefenseContext) -> Update:
         """The update to upload."""
+
+    @classmethod
+    def check_config(cls, params: Mapping[str, Any], config: Mapping, where: str) -> None:
+        """ConfigError naming ``where`` (the parameters' key path) unless the resolved
+        ``params`` fit the pipeline's ``config`` (a rule of this defense between its
+        parameters and another section); before any job. None by default."""
+        return None
 
     def many(self, ctxs: Sequence[DefenseContext]) -> list[Update]:
         """The uploads of several client batches, each as ``self(ctx)`` makes it alone; a

@@ -58,7 +58,8 @@ victims at once (``adaptive_many``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -66,6 +67,7 @@ import torch.nn.functional as F
 from fedleak.adversaries.features import gradient_features
 from fedleak.adversaries.neural import FeatureNet
 from fedleak.adversaries.zoo import ModelZoo
+from fedleak.config import ConfigError
 from fedleak.defenses.base import Defense, DefenseContext, register
 from fedleak.types import Need, Update
 
@@ -124,6 +126,15 @@ def fgsm_step(w: torch.Tensor, direction: torch.Tensor, step: float) -> torch.Te
 @register("recupfl")
 class RecUPFL(Defense):
     needs = {"zoo": Need("model_zoo")}
+
+    @classmethod
+    def check_config(cls, params: Mapping[str, Any], config: Mapping, where: str) -> None:
+        """``zoo_models`` at most the zoo the pipeline trains (``attribute.zoo_size``)."""
+        zoo = config["attribute"]["zoo_size"]
+        if (params.get("zoo_models") or 0) > zoo:
+            raise ConfigError(f"invalid config: '{where}.zoo_models': {params['zoo_models']} "
+                              f"models, but the zoo holds 'attribute.zoo_size' {zoo}; expected "
+                              f"at most {zoo}", key=f"{where}.zoo_models")
 
     def __init__(self, *, zoo: ModelZoo, epsilon: float, iterations: int, models: int,
                  attributes: Sequence[str] | None, gamma: Sequence[float] | None,

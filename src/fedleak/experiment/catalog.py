@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedleak import config as cfg
-from fedleak.experiment import paths, plan, studies
+from fedleak.experiment import configuration, paths, plan
+from fedleak.experiment.studies.kinds import STUDIES
 
 OFFLINE = {"digits", "natural"}  # bundled with scikit-learn and scikit-image
 
@@ -16,7 +17,7 @@ def _offline(config: dict, target: dict) -> str:
                 if case["dataset"] in selection.get("datasets", [case["dataset"]])
                 and case["model"] in selection.get("models", [case["model"]])}
     if "study" in target:
-        datasets |= set(studies.STUDIES[target["study"]["kind"]].datasets(target["study"]))
+        datasets |= set(STUDIES[target["study"]["kind"]].datasets(target["study"]))
     needed = sorted(datasets - OFFLINE)
     return "yes" if not needed else f"no: needs {', '.join(needed)}"
 
@@ -26,7 +27,7 @@ def targets_table(configs: list[Path]) -> str:
     lines = ["| paper | target | what | command | output | runs offline? |",
              "|---|---|---|---|---|---|"]
     for path in sorted(configs):
-        config = cfg.load(path)
+        config = configuration.load(path)
         for name in plan.targets(config):
             target = config["targets"][name]
             folder = paths.target_dir(Path("results"), name).as_posix()

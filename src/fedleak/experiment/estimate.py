@@ -1,43 +1,9 @@
 """`fedleak estimate`: the cost of each target before it runs (issue 32).
 
-The model is work x rate. The **work** of a job is counted from the configuration's budgets,
-in units whose cost depends only on the model, the input shape and the batch size:
-
-- ``fl_step``: one client's local SGD step (forward, backward, step) of the case's model at
-  ``fl.client_batch_size``; an FL run is rounds x round(participation x clients) x
-  ``fl.local_steps`` of them (per FL seed).
-- ``match``: one gradient-matching iteration of an optimisation attack (the model's gradient
-  of a dummy batch of ``attack.batch_size`` with ``create_graph``, its L2 distance to a
-  target gradient, the backward pass to the dummy input): per attack label, victims x
-  restarts x iterations (GIAS/GIML: the iterations of each stage of the variant; GIFD: the
-  sum of its ``steps``; EOT: samples x the wrapped attack's; R-GAP: its latent search, else
-  one), x the uploads of a sequence victim. The generator's forward pass of the GAN-based
-  attacks is not in it.
-- ``lbfgs``: one iteration of an L-BFGS attack (DLG, iDLG and EPAFL's stopped iDLG), counted
-  as ``match`` is: one L-BFGS step evaluates the objective up to 20 times (its line
-  search) and the loop checks and copies the iterate after each, so its cost is timed as
-  the engine runs it, an iDLG attack of ``LBFGS_ITERATIONS`` iterations on one random victim
-  from a random start, per iteration.
-- ``gan_step`` / ``evalnet_step``: one training step of the DCGAN prior / Refiner's
-  evaluation network at its batch size (the library trainers, one batch, one epoch); a
-  training job is epochs x ceil(split images / batch) of them, the split's size from the
-  prepared data's manifest or else ``config.split_capacity``.
-- GIML's generator: outer steps x tasks x (latent + parameter iterations) ``match``es at
-  ``giml.batch_size``. RecUP-FL's zoo: the per-sample gradients (``fl_step`` at batch 1)
-  of its train samples, then ``zoo_size`` x attributes x ``zoo_epochs`` x batches of
-  ``mlp_step`` (one SGD step of a defender MLP, three hidden layers of 512, the middle of
-  the widths it draws); the adversaries and attribute jobs: the per-sample gradients of
-  their train and test samples, with ``attribute.adaptive`` the train samples' defended
-  uploads again (the adversaries' own fitting is not in it).
-- ``startup``: starting ``python`` and importing ``fedleak.cli``, once per job (Snakemake
-  runs each job in its own process); ``startup:gradients`` also pays torch.func's first
-  call (it imports torch's compiler stack, ~1-3 CPU s), as the attack engine, GIML and the
-  adversaries' per-sample gradients do (``GRADIENT_RULES``); ``startup:figures`` imports
-  matplotlib and seaborn, as ``target`` and ``aggregate`` do. Data preparation and studies
-  are counted as start-up alone.
-- ``figure``: drawing and saving one figure (a seaborn line plot at the project's dpi):
-  each figure a target draws (its panels) and each standard figure of the aggregation.
-  A job's data loading, metrics and file writing are not in the model.
+The model is work x rate. The **work** of a job is its phase's ``work`` (units counted
+from the configuration's budgets, ``experiment.cost`` lists them) and its start-up; the
+jobs are the configuration's whole pipeline (``pipeline.walk``), each identified by its
+first output, as Snakemake identifies it.
 
 The **rates** are measured on the machine at hand by a short calibration that
 ``estimate`` runs itself (``calibrate``: each unit timed a few times after a warm-up, the
@@ -48,16 +14,14 @@ a unit already in the cache is not measured again. On the CPU a unit's seconds a
 seconds (``time.process_time``; the start-up's child process by ``getrusage``): CPU-hours,
 which a dedicated core spends as wall time, and far less sensitive than wall time to other
 processes sharing the machine (``benchmarks/estimate_check.py`` compares them with a run's
-``results/benchmarks/``; docs/decisions.md has the numbers). On CUDA they are wall seconds,
-the device synchronised. CPU hours use the CPU calibration; GPU
-hours the same model calibrated on CUDA, only where CUDA is present (elsewhere they are
-left empty: no factor turns a CPU's rates into a GPU's honestly; run ``fedleak estimate`` on
-the GPU machine).
+``results/benchmarks/``; docs/measurements.md has the numbers). On CUDA they are wall
+seconds, the device synchronised. CPU hours use the CPU calibration; GPU hours the same
+model calibrated on CUDA, only where CUDA is present (elsewhere they are left empty: no
+factor turns a CPU's rates into a GPU's honestly; run ``fedleak estimate`` on the GPU
+machine). An ``lbfgs`` unit is timed as the engine runs it, an iDLG attack of
+``LBFGS_ITERATIONS`` iterations on one random victim from a random start, per iteration.
 
-A job is identified by its output file, as Snakemake identifies it: a job that several
-targets need is counted in each of their rows and once in ``total``.
-``cluster.attack_minutes`` and ``cluster.fl_minutes`` count their work with
-``attack_work`` and ``fl_steps`` from here.
+A job that several targets need is counted in each of their rows and once in ``total``.
 """
 
 from __future__ import annotations
@@ -65,7 +29,6 @@ from __future__ import annotations
 import copy
 import io
 import json
-import math
 import os
 import platform
 import resource
@@ -80,10 +43,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from fedleak import attacks, data, defenses, models
+from fedleak import attacks, defenses, models
 from fedleak import config as cfg
 from fedleak.adversaries.neural import make_net
-from fedleak.experiment import paths, phases, plan
+from fedleak.experiment import phases, pipeline, plan
+from fedleak.experiment.phases.train_zoo import ZOO_WIDTH
 from fedleak.types import Observation
 from fedleak.utils.io import write_json
 from fedleak.utils.timing import timed
@@ -92,11 +56,6 @@ REPEATS = 3  # timed runs per unit after one warm-up; the median is kept
 LBFGS_ITERATIONS = 100  # an ``lbfgs`` unit's timed attack (its early steps search longest)
 RESULTS = Path("results")
 COLUMNS = ("target", "jobs", "cpu_hours", "gpu_hours")
-ZOO_BATCH, ZOO_WIDTH = 32, 512  # adversaries.train_zoo's batch; the middle of its widths
-# the rules whose jobs call torch.func (the attack engine, GIML, per-sample gradients)
-GRADIENT_RULES = frozenset({"attack", "train_giml", "train_zoo", "fit_adversaries",
-                            "attribute"})
-FIGURE_RULES = frozenset({"target", "aggregate"})  # they draw with matplotlib and seaborn
 # what a start-up of each kind runs after `import fedleak.cli`
 STARTUP = {"startup": "",
            "startup:gradients": "import torch; from torch.func import grad, vmap; "
@@ -112,146 +71,18 @@ class Job:
     work: Counter = field(default_factory=Counter)
 
 
-# -- work --------------------------------------------------------------------------------
-
-def fl_steps(config: dict, clients: int) -> int:
-    """Local steps of one FL run: rounds x clients per round x local steps."""
-    fl = config["fl"]
-    return fl["rounds"] * max(1, round(fl["participation"] * clients)) * fl["local_steps"]
-
-
-def attack_iterations(name: str, params: dict) -> int:
-    """Gradient-matching iterations of one restart of one victim of attack ``name``: the
-    attack class's ``budget`` of its parameters with the schema's defaults."""
-    return attacks.base.registered(name).budget(cfg.resolve("attacks", name, params))
-
-
-def attack_work(config: dict, labels: Iterable[str], deterministic: bool = False) -> Counter:
-    """Gradient-matching iterations of one attack job (one seed), by the optimiser that runs
-    them (``adam`` or ``lbfgs``): per label, victims x restarts x iterations, x the uploads
-    of a sequence victim; a label in ``attack.adaptive`` once more for its adaptive
-    attacker, x ``attack.adaptive_samples`` draws of the defense (one of a
-    ``deterministic`` one; unknown: the most it can cost)."""
-    uploads = max(1, config["attack"]["sequence"]["steps"])
-    draws = 1 if deterministic else config["attack"]["adaptive_samples"]
-    work: Counter = Counter()
-    for label in labels:
-        name, params = plan.attack_of(config, label)
-        restarts = cfg.resolve("attacks", name, params).get("restarts", 1)
-        runs = 1 + (draws if label in config["attack"]["adaptive"] else 0)
-        work[attacks.base.registered(name).optimizer] += plan.victims(config, label) \
-            * restarts * attack_iterations(name, params) * uploads * runs
-    return work
-
-
-def _shape(config: dict, results: Path, dataset: str) -> tuple[tuple[int, int, int], int]:
-    """(C, H, W) and classes of a dataset: from its prepared manifest, else its options."""
-    manifest = paths.data_manifest(results, dataset)
-    if manifest.is_file():
-        found = json.loads(manifest.read_text())
-        return tuple(found["shape"]), found["num_classes"]
-    spec = config["datasets"].get(dataset, {})
-    if dataset in ("digits", "natural"):
-        return (spec.get("channels", 1), spec.get("size", 32), spec.get("size", 32)), 10
-    c, h, w, classes = data.datasets.SHAPES[dataset]
-    if dataset in data.datasets.IMAGE_FOLDERS:
-        h = w = spec.get("size", h)
-    return (c, h, w), classes
-
-
-def _split_size(config: dict, results: Path, dataset: str, split: str) -> int:
-    manifest = paths.data_manifest(results, dataset)
-    if manifest.is_file():
-        return json.loads(manifest.read_text())["splits"][split]["count"]
-    return cfg.split_capacity(config, dataset, split) or data.datasets.STAND_IN_SIZE
-
-
-def _model_unit(config: dict, results: Path, case: str, kind: str, batch: int) -> str:
-    spec = plan.find_case(config, case)
-    (c, h, w), classes = _shape(config, results, spec["dataset"])
-    option = {"lenet": spec.get("uniform_init"), "attribute_cnn": spec.get("layout")}.get(
-        spec["model"])  # the constructor option that changes the network
-    return f"{kind}:{spec['model']}:{c}x{h}x{w}:{classes}:{'' if option is None else option}" \
-           f":b{batch}"
-
+# -- jobs ---------------------------------------------------------------------------------
 
 def jobs(config: dict, results: Path = RESULTS) -> dict[tuple[str, str], Job]:
-    """Every job the configuration runs, by (rule, output), with its work."""
-    out = phases.outputs(config, results)
+    """Every job the configuration runs, by (rule, its first output), with its work."""
     found: dict[tuple[str, str], Job] = {}
-
-    def add(rule: str, key: Path | str, work: dict | None = None) -> None:
-        job = found.setdefault((rule, str(key)), Job(rule))
-        startup = "startup:gradients" if rule in GRADIENT_RULES else \
-            "startup:figures" if rule in FIGURE_RULES else "startup"
-        job.work.update({startup: 1, **(work or {})})
-
-    for path in out["data"]:
-        add("prepare_data", path)
-    for path in out["evalnet"]:
-        dataset, spec = path.stem, config["evalnet"]
-        size = _split_size(config, results, spec["dataset"], "train")
-        (c, h, w), _ = _shape(config, results, dataset)
-        add("train_evalnet", path, {f"evalnet_step:{c}x{h}x{w}:{spec['widths']}"
-                                    f":b{spec['batch_size']}":
-                                    spec["epochs"] * math.ceil(size / spec["batch_size"])})
-    for path in out["gan"]:
-        spec = config["gan"]
-        dataset = path.stem
-        size = _split_size(config, results, dataset, spec["split"])
-        (c, _, _), _ = _shape(config, results, dataset)
-        size_tag = "" if spec["resolution"] == 32 else f":r{spec['resolution']}"  # 64x64
-        add("train_gan", path, {f"gan_step:{c}:{spec['latent_dim']}:{spec['width']}"
-                                f"{size_tag}:b{spec['batch_size']}":
-                                spec["epochs"] * math.ceil(size / spec["batch_size"])})
-    for path in out["giml"]:
-        spec, case = config["giml"], path.stem
-        iterations = spec["latent_iterations"] + spec["parameter_iterations"]
-        add("train_giml", path, {_model_unit(config, results, case, "match", spec["batch_size"]):
-                                 spec["outer_steps"] * spec["tasks_per_step"] * iterations})
-    for case, setting in plan.fl_jobs(config):
-        resolved = plan.resolve(config, setting)
-        clients = plan.find_case(config, case)["partition"]["clients"]
-        unit = _model_unit(config, results, case, "fl_step", resolved["fl"]["client_batch_size"])
-        for seed in config["fl"]["seeds"]:
-            add("fl_run", paths.fl_metrics(results, case, setting, seed),
-                {unit: fl_steps(resolved, clients)})
-    for (case, setting), labels in plan.attack_jobs(config).items():
-        resolved = plan.resolve(config, setting)
-        batch = resolved["attack"]["batch_size"]
-        deterministic = defenses.registered(plan.defense_of(config, setting)[0]).deterministic
-        work = {_model_unit(config, results, case, "lbfgs" if optimizer == "lbfgs" else "match",
-                            batch): iterations
-                for optimizer, iterations in attack_work(resolved, labels,
-                                                         deterministic).items()}
-        for seed in config["attack"]["seeds"]:
-            add("attack", paths.attack_metrics(results, case, setting, seed), work)
-    spec = config["attribute"]
-    samples = spec["train_samples"] + spec["test_samples"]
-    for path in out["zoo"]:
-        case = path.parent.parent.name
-        steps = spec["zoo_size"] * len(plan.zoo_attributes(config, case)) * spec["zoo_epochs"] \
-            * math.ceil(spec["train_samples"] / ZOO_BATCH)
-        add("train_zoo", path, {_model_unit(config, results, case, "fl_step", 1):
-                                spec["train_samples"],
-                                f"mlp_step:{spec['feature_size']}:b{ZOO_BATCH}": steps})
-    for case, setting, round_ in plan.adversary_jobs(config):
-        for seed in config["fl"]["seeds"]:
-            add("fit_adversaries", paths.adversaries_file(results, case, setting, seed, round_),
-                {_model_unit(config, results, case, "fl_step", 1): samples})
-    for case, setting in plan.attribute_jobs(config):
-        resolved = plan.resolve(config, setting)["attribute"]
-        # attribute.adaptive: D_train's defended uploads too, for the adaptive adversaries
-        uploads = samples + resolved["train_samples"] * resolved["adaptive"]
-        for seed in config["fl"]["seeds"]:
-            add("attribute", paths.attribute_metrics(results, case, setting, seed),
-                {_model_unit(config, results, case, "fl_step", 1):
-                 uploads * len(resolved["rounds"])})
-    for path in out["studies"]:
-        add("study", path)
-    for name, path in zip(plan.targets(config), out["targets"]):
-        add("target", path, {"figure": len(cfg.figure_specs(config["targets"][name]))})
-    add("aggregate", paths.report(results), {"figure": len(out["figures"])})  # report.md
+    walked = pipeline.walk(config, results)
+    for phase in phases.every():
+        for identity in walked[phase.name]:
+            first = pipeline.job_outputs(phase, config, results, identity, walked)[0]
+            work = Counter({phase.startup: 1})
+            work.update(phase.work(config, results, identity))
+            found[(phase.name, str(first))] = Job(phase.name, work)
     return found
 
 

@@ -10,13 +10,12 @@ import numpy as np
 import pandas as pd
 
 from fedleak import config as cfg
-from fedleak.experiment import paths, plan, studies
+from fedleak.experiment import paths, plan
+from fedleak.experiment.studies import registry as studies
 from fedleak.metrics.utility import pmm
 from fedleak.report.tables import fl_rows, load_record, victim_rows
 from fedleak.report.targets import TargetInputs
 from fedleak.types import PAPER, Setting
-
-NONE = plan.NONE
 
 
 def _keys(config: dict, point: plan.Point, seed: int) -> dict:
@@ -36,7 +35,7 @@ def _fl_summary(config: dict, results: Path, case: str, setting: Setting, seed: 
     if not path.is_file():
         return {"accuracy": np.nan, "test_loss": np.nan, "pmm": np.nan, "fallback_rate": np.nan}
     run = fl_rows(path)
-    base = paths.fl_metrics(results, case, NONE, seed)
+    base = paths.fl_metrics(results, case, plan.NONE, seed)
     reference = fl_rows(base)["final_accuracy"] if base.is_file() else np.nan
     return {"accuracy": run["final_accuracy"], "test_loss": run["test_loss"],
             "fallback_rate": run["fallback_rate"],

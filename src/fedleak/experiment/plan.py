@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from fedleak import config as cfg
-from fedleak import data, defenses
-from fedleak.types import Setting, artifact_parts, frozen, number_text
+from fedleak import data
+from fedleak.types import Setting, frozen, number_text
 
 ATTACK_KEYS = ("attack.", "attacks.")  # overrides that leave the FL run unchanged
 NONE = Setting("none", 0)  # the undefended setting
@@ -163,8 +164,20 @@ def studies(config: dict) -> list[str]:
     return [name for name in targets(config) if "study" in config["targets"][name]]
 
 
+_PLANNED: dict[str, dict] = {}  # a configuration's text -> its jobs (plan them once)
+
+
 def jobs(config: dict) -> dict[tuple[str, Setting], tuple[str, ...]]:
     """(case, setting) -> the attack labels its attack job runs (empty: FL only)."""
+    key = json.dumps(config, sort_keys=True, default=str)
+    if key not in _PLANNED:
+        if len(_PLANNED) > 32:
+            _PLANNED.clear()
+        _PLANNED[key] = _jobs(config)
+    return dict(_PLANNED[key])
+
+
+def _jobs(config: dict) -> dict[tuple[str, Setting], tuple[str, ...]]:
     out: dict[tuple[str, Setting], set[str]] = {}
     for point in points(config):
         out.setdefault((point.case, point.setting), set()).update(point.attacks)
@@ -197,31 +210,16 @@ def fl_setting(setting: Setting) -> Setting:
     return setting.without(ATTACK_KEYS)
 
 
-def fl_jobs(config: dict) -> list[tuple[str, Setting]]:
-    """Every (case, FL setting) to train; with attribute jobs, also each attribute case's
-    undefended run (the model zoo learns from its gradients), and each case's undefended
-    run that an attack's artifact learns from (GIML's generator), whatever the settings
-    its attacks run in (GIAS Fig. 6: pruned uploads only)."""
+def fl_settings(config: dict) -> list[tuple[str, Setting]]:
+    """Every (case, FL setting) the plan trains for its own points: each point's FL setting
+    and, with attribute jobs, each attribute case's undefended run (the model zoo learns
+    from its gradients). The FL runs an artifact learns from (GIML's generator: the
+    case's undefended run) are planned by the phases that read them
+    (``pipeline.walk``)."""
     planned = {(case, fl_setting(s)) for case, s in jobs(config)}
     if attribute_jobs(config):
         planned |= {(case, NONE) for case in attribute_cases(config)}
-    planned |= {(case, NONE) for case in undefended_cases(config)}
     return sorted(planned, key=lambda cs: (cs[0], cs[1].text))
-
-
-FROM_UNDEFENDED = ("giml_generator",)  # artifacts learnt from a case's undefended FL run
-
-
-def undefended_cases(config: dict) -> set[str]:
-    """The cases one of whose planned attacks needs an artifact learnt from the case's
-    undefended FL run (``FROM_UNDEFENDED``)."""
-    from fedleak import attacks
-
-    labels = {label for label in config["attacks"]
-              if any(artifact_parts(kind)[0] in FROM_UNDEFENDED
-                     for kind in attacks.needs(*attack_of(config, label)).values())}
-    return {case for (case, _), planned in jobs(config).items() if labels & set(planned)}
-
 
 
 def attributes(config: dict, case: str) -> list[str]:
@@ -230,21 +228,6 @@ def attributes(config: dict, case: str) -> list[str]:
     names = sorted(data.attributes.CLASSES.get(find_case(config, case)["dataset"], {}))
     wanted = config["attribute"]["attributes"]
     return names if wanted is None else [a for a in wanted if a in names]
-
-
-def zoo_attributes(config: dict, case: str) -> list[str]:
-    """The attributes RecUP-FL's model zoo of ``case`` is trained for: those the defense of
-    a planned setting that loads a zoo protects (its ``attributes``; null: every one of the
-    case's), or every one of the case's where none names them."""
-    names, protected = attributes(config, case), set()
-    for planned, setting in jobs(config):
-        name, params = defense_of(config, setting)
-        if planned != case or "model_zoo" not in defenses.needs(name, params).values():
-            continue
-        if params.get("attributes") is None:
-            return names
-        protected.update(params["attributes"])
-    return [a for a in names if a in protected] or names
 
 
 def attribute_cases(config: dict) -> list[str]:
@@ -283,17 +266,22 @@ def adversary_jobs(config: dict) -> list[tuple[str, Setting, int]]:
                   key=lambda csr: (csr[0], csr[1].text, csr[2]))
 
 
-def check_setting(config: dict, case: str, setting: Setting) -> None:
-    """ConfigError unless (case, setting) is an attack or FL job of the configuration."""
-    find_case(config, case)
-    if (case, setting) not in jobs(config) and (case, setting) not in fl_jobs(config):
-        raise cfg.ConfigError(f"setting {setting.text!r} of case {case!r} is not planned by this "
-                              f"configuration; `fedleak plan` lists what is")
+def check_planned(planned, case: str, setting: Setting, what: str) -> None:
+    """ConfigError unless (case, setting) is among the ``planned`` ones of a phase."""
+    if (case, setting) not in set(planned):
+        raise cfg.ConfigError(f"setting {setting.text!r} of case {case!r} has no {what} in "
+                              f"this configuration; `fedleak plan` lists what is planned")
 
 
 def resolve(config: dict, setting: Setting) -> dict:
-    """The configuration of one setting: ``config`` with its overrides applied."""
-    resolved = copy.deepcopy(config)
+    """The configuration of one setting: ``config`` with its overrides applied. The
+    sections an override changes are copies; the others are ``config``'s own (read them,
+    do not change them)."""
+    resolved = dict(config)
+    sections = {"defenses"} if setting.defense_params else set()
+    sections |= {key.split(".")[0] for key in setting.config_overrides}
+    for section in sections:
+        resolved[section] = copy.deepcopy(config[section])
     for key, value in setting.defense_params.items():
         resolved["defenses"][setting.defense]["params"][key] = value
     for key, value in setting.config_overrides.items():
@@ -343,3 +331,16 @@ def checkpoint_rounds(config: dict) -> list[int]:
     if attribute_jobs(config):
         rounds |= set(config["attribute"]["rounds"])
     return sorted(rounds or {config["attack"]["round"]})
+
+
+def check_seed(seed: int, seeds: list[int], key: str) -> None:
+    """ValueError unless ``seed`` is one of the configured ``seeds`` (at ``key``)."""
+    if seed not in seeds:
+        raise ValueError(f"--seed {seed} is not one of '{key}' {seeds}; expected one of them "
+                         f"(`fedleak plan` lists the jobs)")
+
+
+def target_spec(config: dict, name: str) -> dict:
+    """What a target (or study) reads from the configuration: its entry and the paper's
+    numbers beside it."""
+    return {"target": config["targets"][name], "reference": config["reference"].get(name)}

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from fedleak.attacks.prior import BigGANPrior, GeneratorPrior, StyleGAN2Prior
+from fedleak.config import ConfigError
 from fedleak.models.biggan import load_biggan
 from fedleak.models.ported import architecture
 from fedleak.models.stylegan2 import load_stylegan2
@@ -81,3 +82,49 @@ def untrained(config: dict) -> GeneratorPrior:
         torch.manual_seed(config["gan"]["seed"])
         net = build(**arch)
     return _wrapped(config, net.eval())
+
+
+def check(config: dict) -> None:
+    """ConfigError unless the generator prior's settings fit its kind: a DCGAN 32x32 or 64x64
+    and trained here (no weights); a pretrained kind's weights file named, its resolution
+    and widths ones its architecture has, BigGAN's classes among its classes (the rest of
+    the architecture: :func:`problem`, before any job); ``gan.split`` a split of
+    ``gan.dataset``."""
+    gan = config["gan"]
+    fractions = config["datasets"].get(gan["dataset"], {}).get("splits") or {"all": 1}
+    if gan["split"] not in fractions:
+        raise ConfigError(f"invalid config: 'gan.split': {gan['split']!r} is not a split of "
+                          f"'datasets.{gan['dataset']}.splits'; expected one of "
+                          f"{sorted(fractions)}")
+    kind, size = gan["kind"], gan["resolution"]
+    if kind == "dcgan":
+        if size not in (32, 64):
+            raise ConfigError(f"invalid config: 'gan.resolution': {size!r} is not a DCGAN size; "
+                              f"expected 32 or 64", key="gan.resolution")
+        if gan["weights"] is not None:
+            raise ConfigError(f"invalid config: 'gan.weights': the dcgan prior is trained in the "
+                              f"pipeline; expected null, or gan.kind stylegan2 or biggan for "
+                              f"{gan['weights']!r}", key="gan.weights")
+        return
+    if gan["weights"] is None:
+        raise ConfigError(f"invalid config: 'gan.weights': gan.kind {kind} is pretrained; "
+                          f"expected the path of its local weights file", key="gan.weights")
+    spec, steps = gan[kind], size.bit_length() - 1
+    lowest = 4 if kind == "stylegan2" else 8
+    if size < lowest or size != 2 ** steps:
+        raise ConfigError(f"invalid config: 'gan.resolution': {size!r} is not a {kind} size; "
+                          f"expected a power of 2, at least {lowest}", key="gan.resolution")
+    count = steps - 1  # one width per resolution 4, 8, ..., size
+    if spec["widths"] is not None and len(spec["widths"]) != count:
+        raise ConfigError(f"invalid config: 'gan.{kind}.widths': {len(spec['widths'])} widths; "
+                          f"expected {count}, one per resolution 4..{size}",
+                          key=f"gan.{kind}.widths")
+    if kind == "biggan" and spec["widths"] is None and size not in (128, 256, 512):
+        raise ConfigError(f"invalid config: 'gan.biggan.widths': null (the port's) needs "
+                          f"'gan.resolution' 128, 256 or 512, got {size}; expected {count} "
+                          f"widths", key="gan.biggan.widths")
+    classes = [c for c in (spec.get("classes") or []) if c >= spec["num_classes"]]
+    if classes:
+        raise ConfigError(f"invalid config: 'gan.biggan.classes': class {classes[0]} is not "
+                          f"one of the generator's; expected 0..{spec['num_classes'] - 1} "
+                          f"('gan.biggan.num_classes')", key="gan.biggan.classes")

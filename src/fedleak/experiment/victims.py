@@ -1,51 +1,150 @@
-"""The victims of an attack job beyond the default random training images: the split and
-images they are (``data.victims``: CENSOR's every 1,000th validation image, victims of
-one class), checked against the prepared data before any job runs, and with
-``attack.mixed`` the model of the attacked round after the victim's and another client's
-rounds (``fl.mixed``, CENSOR Fig. 2)."""
+"""The victims of an attack job: which images they are (disjoint random batches, B
+different labels each with ``attack.distinct_labels``, CENSOR's every 1,000th validation
+image or victims of one class as ``data.victims`` draws them) and what the attacker
+observes of each, their uploads made as FL clients make theirs (``fl.client_update``:
+local steps, then the defense). With ``attack.mixed`` a victim's model is the attacked
+round's after the victim's and another client's rounds (``fl.mixed``, CENSOR Fig. 2); with
+``attack.sequence`` a victim is seen through several uploads (GIAS App. D)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import copy
+from collections.abc import Mapping
 
 import numpy as np
 import torch
 from torch import nn
 
-from fedleak import data, metrics
-from fedleak.data.victims import problem
-from fedleak.experiment import paths, plan
-from fedleak.experiment.artifacts import Job
+from fedleak import data, defenses
+from fedleak.attacks.bn_statistics import batch_statistics
+from fedleak.attacks.gradient_sequence import ObservedSequence
+from fedleak.data import victims as victim_images
+from fedleak.experiment.job import Job, build_model
+from fedleak.fl import client_update, local_update
 from fedleak.fl.mixed import two_client_rounds
+from fedleak.types import Observation
 from fedleak.utils.seeding import derived_seed
 
 
-def class_counts(results: Path, dataset: str) -> dict[str, list[int]] | None:
-    """Split -> images per class of a prepared dataset (None: not prepared yet)."""
-    if not paths.data_manifest(results, dataset).is_file():
-        return None
-    manifest = data.read_manifest(paths.data_dir(results, dataset))
-    return {split: entry["class_counts"] for split, entry in manifest["splits"].items()}
+def victim_batches(labels: np.ndarray, spec: dict, rng: np.random.Generator
+                    ) -> list[np.ndarray]:
+    """``attack.victims`` disjoint batches of ``attack.batch_size`` indices of the victims'
+    split (``attack.split``), sorted; with ``distinct_labels`` each batch's labels differ
+    (drawn without replacement per class, the classes of a batch drawn at random); with
+    ``stride`` or ``victim_class`` the images ``data.victims`` names (CENSOR §V-B, Fig. 3)."""
+    count, size = spec["victims"], spec["batch_size"]
+    if spec["stride"]:
+        return victim_images.strided(labels, spec)
+    if spec["victim_class"] is not None:
+        return victim_images.of_class(labels, spec, rng)
+    if not spec["distinct_labels"]:
+        chosen = rng.choice(len(labels), count * size, replace=False)
+        return [np.sort(chosen[v * size:(v + 1) * size]) for v in range(count)]
+    classes = np.unique(labels)
+    if size > len(classes):
+        raise ValueError(f"attack.batch_size {size} with attack.distinct_labels needs at least "
+                         f"{size} classes; the data have {len(classes)}")
+    pools = {c: list(rng.permutation(np.flatnonzero(labels == c))) for c in classes}
+    batches = []
+    for v in range(count):
+        left = [c for c in classes if pools[c]]
+        if len(left) < size:
+            raise ValueError(f"attack.victims {count} x batch_size {size} with distinct labels "
+                             f"exhausts the training split after {v} victims")
+        picked = rng.choice(left, size, replace=False)
+        batches.append(np.sort([pools[c].pop() for c in picked]))
+    return batches
 
 
-def problems(config: dict, results: Path, dataset: str | None = None) -> list[str]:
-    """Why planned attack jobs (of ``dataset``'s cases, or all) cannot draw their victims
-    from the prepared data, one message per distinct reason (empty: all can, or no data is
-    prepared yet)."""
-    found: dict[str, str] = {}
-    counts: dict[str, dict | None] = {}
-    for case, setting in plan.attack_jobs(config):
-        name = plan.find_case(config, case)["dataset"]
-        if dataset not in (None, name):
-            continue
-        if name not in counts:
-            counts[name] = class_counts(results, name)
-        if counts[name] is None:
-            continue
-        why = problem(plan.resolve(config, setting)["attack"], counts[name], name)
-        if why:
-            found.setdefault(why, f"setting {setting.text!r} of case {case!r}: {why}")
-    return list(found.values())
+def observations(job: Job, model: torch.nn.Module, train: data.ImageData,
+                 defense: defenses.Defense, seeds: dict) -> tuple[list, list]:
+    """The observations (defended uploads) of ``attack.victims`` client batches, and the
+    truths. Each victim's upload is made as FL clients make theirs (``fl.local_steps``
+    SGD steps on its batch, then the defense); the attacks match one gradient step. With
+    ``attack.mixed`` each victim's model is its own: the round-0 model after
+    ``attack.round`` rounds of the victim and another client (CENSOR Fig. 2)."""
+    spec, fl = job.resolved["attack"], job.resolved["fl"]
+    device = next(model.parameters()).device
+    source = split_data(job, train)
+    batches = victim_batches(source.y.numpy(), spec, np.random.default_rng(seeds["victims"]))
+    taken = np.concatenate(batches) if spec["split"] == "train" else np.zeros(0, np.int64)
+    observed, truths = [], []
+    for v, batch in enumerate(batches):
+        idx = torch.from_numpy(batch)
+        x, y = source.x[idx].to(device), source.y[idx].to(device)
+        # attribute tasks: the batch's sensitive attributes, which RecUP-FL protects
+        batch = (x, y, {a: values[idx] for a, values in source.attributes.items()}) \
+            if source.attributes else (x, y)
+        attacked = (mixed_model(job, model, train, batch, taken, defense, seeds, v)
+                    if spec["mixed"]["batch_size"] else model)
+        upload = client_update(attacked, lambda _step, b=batch: b, fl["local_steps"],
+                               fl["local_lr"], defense,
+                               torch.Generator().manual_seed(seeds["defense"] + v))
+        observed.append(Observation(
+            model=attacked, gradient=upload, batch_size=len(idx),
+            labels=y if spec["known_labels"] else None,
+            bn_statistics=batch_statistics(attacked, x) or None))  # BN_exact: the client's
+        truths.append((idx, x.cpu(), y.cpu()))
+    return observed, truths
+
+
+def sequence_observations(job: Job, model: torch.nn.Module, train: data.ImageData,
+                          defense: defenses.Defense, seeds: dict) -> tuple[list, list]:
+    """GIAS App. D, Fig. A3: the victims' batches of :func:`observations`, each now a
+    client's local dataset of ``attack.batch_size`` images seen through ``attack.sequence.steps``
+    uploads (an ``ObservedSequence``), and the truths (the whole batches). Upload t is of a
+    random subset S_t of ``attack.sequence.subset`` images (seeded per victim) under
+    theta_t, made as FL clients make theirs (``fl.client_update``: local steps, then the
+    defense). theta_1 is the attacked round's model; then ``reinitialised``: a fresh
+    initialisation of the case's model seeded per step, the same for every victim;
+    ``trained``: the victim's theta_{t-1} after its own ``fl.local_steps`` SGD steps at
+    ``fl.local_lr`` on S_{t-1} (the clean gradient: the defense changes only uploads)."""
+    spec, fl = job.resolved["attack"], job.resolved["fl"]
+    train = split_data(job, train)  # the victims' split (attack.split)
+    steps, size, theta_mode = (spec["sequence"][k] for k in ("steps", "subset", "theta"))
+    device = next(model.parameters()).device
+    batches = victim_batches(train.y.numpy(), spec, np.random.default_rng(seeds["victims"]))
+    fresh = [model]
+    for t in range(1, steps if theta_mode == "reinitialised" else 1):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derived_seed(seeds["victims"], 0, t))
+            fresh.append(build_model(job.spec, train).to(device).train(model.training))
+    observed, truths = [], []
+    for v, batch in enumerate(batches):
+        idx = torch.from_numpy(batch)
+        x, y = train.x[idx].to(device), train.y[idx].to(device)
+        rng = np.random.default_rng(derived_seed(seeds["victims"], 1, v))
+        theta, uploads, subsets = model, [], []
+        for t in range(steps):
+            if theta_mode == "reinitialised":
+                theta = fresh[t]
+            elif t:  # the client trains on its previous upload's images
+                pseudo = local_update(theta, lambda _step, b=uploads[-1][1]: b,
+                                      fl["local_steps"], fl["local_lr"])
+                theta = copy.deepcopy(theta)
+                with torch.no_grad():
+                    for name, param in theta.named_parameters():
+                        param.sub_(fl["local_lr"] * pseudo[name])
+            subset = np.sort(rng.choice(len(batch), size, replace=False))
+            own = torch.from_numpy(subset).to(device)
+            part = (x[own], y[own], {a: values[idx][own.cpu()]
+                                     for a, values in train.attributes.items()}) \
+                if train.attributes else (x[own], y[own])
+            upload = client_update(theta, lambda _step, b=part: b, fl["local_steps"],
+                                   fl["local_lr"], defense,
+                                   torch.Generator().manual_seed(
+                                       derived_seed(seeds["defense"], v, t)))
+            uploads.append((Observation(model=theta, gradient=upload, batch_size=size,
+                                        labels=part[1],
+                                        bn_statistics=batch_statistics(theta, part[0]) or None),
+                            part))
+            subsets.append(tuple(subset.tolist()))
+        first = uploads[0][0]
+        observed.append(ObservedSequence(
+            model=first.model, gradient=first.gradient, batch_size=len(idx), labels=y,
+            steps=[obs for obs, _ in uploads], subsets=subsets))
+        truths.append((idx, x.cpu(), y.cpu()))
+    return observed, truths
 
 
 def split_data(job: Job, train: data.ImageData) -> data.ImageData:
@@ -83,19 +182,18 @@ def mixed_model(job: Job, model: nn.Module, train: data.ImageData, victim: tuple
     return trained
 
 
-def add_likeness(records: list[dict], matched: list[torch.Tensor], truths: list) -> None:
-    """CENSOR Fig. 3 (victims of one class): GGL's reconstructions "are similar to each
-    other, and notably distinct from the ground-truth image". Each victim's record gets
-    ``pairwise_ssim``, the mean SSIM of its reconstruction to every other victim's, and
-    ``truth_pairwise_ssim``, the same between the true images (how alike the inputs
-    are); NaN with one victim."""
-
-    def mean_to_others(images: list[torch.Tensor], v: int) -> float:
-        values = [float(metrics.ssim(images[v], images[w]))
-                  for w in range(len(images)) if w != v]
-        return float(np.mean(values)) if values else float("nan")
-
-    truth_images = [t[1] for t in truths]
-    for v, record in enumerate(records):
-        record["pairwise_ssim"] = mean_to_others(list(matched), v)
-        record["truth_pairwise_ssim"] = mean_to_others(truth_images, v)
+def sequence_problem(attack: Mapping) -> str | None:
+    """Why an ``attack:`` section's ``sequence`` (GIAS App. D) cannot run, naming the keys;
+    None when it can or is off (``steps`` 0)."""
+    sequence = attack["sequence"]
+    if not sequence["steps"]:
+        return None
+    if sequence["subset"] > attack["batch_size"]:
+        return (f"'attack.sequence.subset': {sequence['subset']} images per upload, but "
+                f"'attack.batch_size' gives a victim {attack['batch_size']} local images; "
+                f"expected at most {attack['batch_size']}")
+    if not attack["known_labels"]:
+        return (f"'attack.sequence.steps': {sequence['steps']} uploads need "
+                f"'attack.known_labels': true (GIAS App. D: the attacker matches each upload "
+                f"to its images); got false")
+    return None

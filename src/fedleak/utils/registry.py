@@ -88,7 +88,7 @@ class Registry:
         missing = sorted(k for k in needed if kwargs.get(k) is None)
         if missing:
             raise ValueError(f"{self.noun} {name!r} needs {missing[0]}=: "
-                             f"{ARTIFACTS[artifact_parts(needed[missing[0]])[0]]}; got none")
+                             f"{ARTIFACTS[artifact_parts(needed[missing[0]])[0]][0]}; got none")
         artifacts = {k: kwargs[k] for k in (set(needed) | extra) & set(kwargs)}
         return cls(**resolved, **artifacts)
 

@@ -46,7 +46,7 @@ from tqdm import tqdm
 
 from fedleak import adversaries, defenses, models
 from fedleak.experiment import plan
-from fedleak.experiment.studies import StudyResult, register
+from fedleak.experiment.studies.registry import StudyResult, register
 from fedleak.fl import client_update
 from fedleak.types import Setting, artifact_parts
 from fedleak.utils.device import select, to_device

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from fedleak import data
 from fedleak.experiment import paths
-from fedleak.experiment.studies import StudyResult, register
+from fedleak.experiment.studies.registry import StudyResult, register
 from fedleak.models.evalnet import EvaluationNetwork, blend, load_evaluation_network
 from fedleak.utils.device import select
 from fedleak.utils.seeding import derived_seed

@@ -13,7 +13,7 @@ import torch
 
 from fedleak import data
 from fedleak.experiment import paths
-from fedleak.experiment.studies import StudyResult, register
+from fedleak.experiment.studies.registry import StudyResult, register
 
 
 def perturbations(x: torch.Tensor, shift: int, scale: float, noise: float,

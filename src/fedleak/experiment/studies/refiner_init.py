@@ -18,7 +18,7 @@ import torch
 from fedleak import data, defenses, metrics, models
 from fedleak.config import registered_name
 from fedleak.experiment import paths
-from fedleak.experiment.studies import StudyResult, register
+from fedleak.experiment.studies.registry import StudyResult, register
 from fedleak.models.evalnet import load_evaluation_network
 
 INITS = {"x": "from x", "blend": "from the blend"}

@@ -1,0 +1,72 @@
+"""The work of a job, counted from the configuration's budgets in units whose cost depends
+only on the model, the input shape and the batch size; each phase's ``work`` counts its
+jobs' units here, ``fedleak estimate`` prices them with rates measured on the machine
+(``experiment.estimate``) and the cluster's wall times with assumed ones
+(``experiment.cluster``). The units:
+
+- ``fl_step:<model>:<CxHxW>:<classes>:<option>:b<batch>``: one client's local SGD step
+  (forward, backward, step) of the case's model at that batch;
+- ``match:...``: one gradient-matching iteration of an optimisation attack (the model's
+  gradient of a dummy batch with ``create_graph``, its L2 distance to a target gradient,
+  the backward pass to the dummy input); the generator's forward pass of the GAN-based
+  attacks is not in it;
+- ``lbfgs:...``: one iteration of an L-BFGS attack (DLG, iDLG, EPAFL's stopped iDLG) as the
+  engine runs it (up to 20 evaluations in its line search, the iterate checked and copied);
+- ``gan_step:...``, ``evalnet_step:...``, ``mlp_step:...``: one training step of the DCGAN
+  prior, Refiner's evaluation network, a RecUP-FL defender MLP;
+- ``figure``: drawing and saving one figure;
+- ``startup``, ``startup:gradients``, ``startup:figures``: starting a job's process (with
+  torch.func's first call; with matplotlib and seaborn), once per job.
+
+A job's data loading, metrics and file writing are not in the model. The attack phase
+counts its attacks' iterations itself (``phases.attack.attack_work``): that needs the
+attack classes, which no other phase's code imports.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fedleak import data
+from fedleak.experiment import paths, plan
+
+
+def fl_steps(config: dict, clients: int) -> int:
+    """Local steps of one FL run: rounds x clients per round x local steps."""
+    fl = config["fl"]
+    return fl["rounds"] * max(1, round(fl["participation"] * clients)) * fl["local_steps"]
+
+
+def shape(config: dict, results: Path, dataset: str) -> tuple[tuple[int, int, int], int]:
+    """(C, H, W) and classes of a dataset: from its prepared manifest, else its options."""
+    manifest = paths.data_manifest(results, dataset)
+    if manifest.is_file():
+        found = json.loads(manifest.read_text())
+        return tuple(found["shape"]), found["num_classes"]
+    spec = config["datasets"].get(dataset, {})
+    if dataset in ("digits", "natural"):
+        return (spec.get("channels", 1), spec.get("size", 32), spec.get("size", 32)), 10
+    c, h, w, classes = data.datasets.SHAPES[dataset]
+    if dataset in data.datasets.IMAGE_FOLDERS:
+        h = w = spec.get("size", h)
+    return (c, h, w), classes
+
+
+def split_size(config: dict, results: Path, dataset: str, split: str) -> int:
+    """Images in a split: from the prepared manifest, else the configuration's bound."""
+    manifest = paths.data_manifest(results, dataset)
+    if manifest.is_file():
+        return json.loads(manifest.read_text())["splits"][split]["count"]
+    return data.datasets.split_capacity(dataset, config["datasets"].get(dataset, {}), split) \
+        or data.datasets.STAND_IN_SIZE
+
+
+def model_unit(config: dict, results: Path, case: str, kind: str, batch: int) -> str:
+    """The unit ``kind`` (``fl_step``, ``match``, ``lbfgs``) of the case's model."""
+    spec = plan.find_case(config, case)
+    (c, h, w), classes = shape(config, results, spec["dataset"])
+    option = {"lenet": spec.get("uniform_init"), "attribute_cnn": spec.get("layout")}.get(
+        spec["model"])  # the constructor option that changes the network
+    return f"{kind}:{spec['model']}:{c}x{h}x{w}:{classes}:{'' if option is None else option}" \
+           f":b{batch}"

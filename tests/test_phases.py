@@ -1,0 +1,110 @@
+"""Phases as units: every pipeline phase is one module whose declaration the rules, the
+plan, DVC, SLURM and the estimate read; a job depends on the code it runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from fedleak import config as cfg
+from fedleak.experiment import code, configuration, dvc, phases, pipeline
+from fedleak.experiment.phase import typed
+
+CONFIGS = [REPO / "config" / "config.yaml", REPO / "config" / "test.yaml",
+           *sorted((REPO / "config" / "paper").glob("*.yaml"))]
+PHASES_DIR = REPO / "src" / "fedleak" / "experiment" / "phases"
+
+
+def test_each_module_under_phases_is_a_phase_named_after_it():
+    modules = sorted(p.stem for p in PHASES_DIR.glob("*.py") if p.stem != "__init__")
+    assert list(phases.NAMES) == modules
+    assert all(phases.load(name).name == name for name in modules)
+    order = [p.name for p in phases.every()]
+    for phase in phases.every():  # each after what it reads, but within a circle
+        circle = next(g for g in phases.groups() if phase in g)
+        assert all(order.index(r) < order.index(phase.name)
+                   for r in phase.reads if r not in {p.name for p in circle})
+
+
+def test_dvc_yaml_is_made_from_the_phases_declarations():
+    """`fedleak dvc-yaml > dvc.yaml` after changing a phase: no second hand-kept graph."""
+    assert (REPO / "dvc.yaml").read_text() == dvc.dvc_yaml(REPO)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("smoke", [False, True], ids=["full", "smoke"])
+def test_every_job_reads_only_outputs_of_the_phases_it_declares(path, smoke, tmp_path):
+    """``Phase.reads`` (DVC's stage dependencies) holds every phase whose outputs a job of
+    the walk reads, in every configuration the project ships."""
+    config = configuration.validate({**cfg.read(path), "smoke": smoke})
+    jobs = pipeline.walk(config, tmp_path)
+    made = {str(out): name for name in phases.NAMES for identity in jobs[name]
+            for out in pipeline.job_outputs(phases.load(name), config, tmp_path, identity,
+                                            jobs)}
+    for name in phases.NAMES:
+        phase = phases.load(name)
+        for identity in jobs[name]:
+            read = {made[str(f)] for f in pipeline.job_inputs(phase, config, tmp_path,
+                                                              identity, jobs)
+                    if str(f) in made}
+            assert read <= set(phase.reads), (name, identity, read - set(phase.reads))
+
+
+def _code(name: str) -> set[str]:
+    return {str(p.relative_to(code.ROOT)) for p in code.closure(
+        [phases.module_name(name)])}
+
+
+def test_a_job_s_code_is_what_its_phase_imports():
+    fl, attack, aggregate = _code("fl_run"), _code("attack"), _code("aggregate")
+    assert "fl/server.py" in fl and "defenses/soteria.py" in fl
+    assert not any(f.startswith(("attacks/", "report/")) for f in fl)
+    assert "attacks/dlg.py" in attack and "report/figures.py" not in attack
+    assert "report/figures.py" in aggregate and "report/figures.py" in _code("target")
+    data = _code("prepare_data")
+    assert not any(f.startswith(("attacks/", "defenses/", "fl/", "report/", "models/"))
+                   for f in data), data
+    planning = {"cli.py", "experiment/cluster.py", "experiment/estimate.py",
+                "experiment/configuration.py", "experiment/code.py"}
+    assert not any(planning & _code(name) for name in phases.NAMES)
+
+
+def test_a_job_s_code_includes_the_loaders_of_what_it_loads(tmp_path):
+    """Refiner's FL run loads the evaluation network through train_evalnet's loader: an
+    edit there re-runs it, not the undefended run."""
+    config = configuration.load(REPO / "config" / "test.yaml")
+    fl = phases.load("fl_run")
+    plain = typed({"case": "digits-lenet-iid-k4", "setting": "none-0", "seed": "0"})
+    refiner = {**plain, "setting": typed({"setting": "refiner-0.1"})["setting"]}
+    root = code.ROOT.parent.parent
+    loader = "src/fedleak/experiment/phases/train_evalnet.py"
+    assert loader in code.job_files(fl, config, tmp_path, refiner, root)
+    assert loader not in code.job_files(fl, config, tmp_path, plain, root)
+
+
+def test_every_phase_is_a_command_and_a_stage():
+    """Everything reads the declarations: the CLI's commands and DVC's stages list every
+    phase (a new module under phases/ is all it takes)."""
+    from fedleak import cli
+
+    help_text = cli._parser().format_help()
+    text = dvc.dvc_yaml(REPO)
+    for phase in phases.every():
+        assert phase.command in help_text
+        assert f"all_{phase.name}" in text
+
+
+def test_the_package_loads_no_subpackage_until_used():
+    """`import fedleak` and a phase module's package import nothing else: a job loads the
+    code it runs."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, fedleak, fedleak.experiment.phases; "
+             "print(sorted(m for m in sys.modules if m.startswith('fedleak')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert "fedleak.attacks" not in out and "fedleak.experiment.phases.attack" not in out
+    assert Path(code.file_of("fedleak")).name == "__init__.py"
