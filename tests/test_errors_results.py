@@ -27,8 +27,7 @@ def make_link(target):
     return make
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("where, make, says", [
+PLACES = [
     ("results", make_file, "results is a file, not a folder"),
     ("results", make_link("/nonexistent/results"),
      "results is a broken link to /nonexistent/results, not a folder"),
@@ -37,22 +36,44 @@ def make_link(target):
     ("results/logs", make_file, "results/logs is a file, not a folder: the run writes its logs"),
     ("results/config.resolved.json", lambda p: p.mkdir(parents=True),
      "results/config.resolved.json is a folder, not the resolved configuration file"),
-], ids=["file", "broken link", "link to a file", "fl is a file", "logs is a file",
-        "config is a folder"])
+]
+PLACE_IDS = ["file", "broken link", "link to a file", "fl is a file", "logs is a file",
+             "config is a folder"]
+
+
+def results_paths(root):
+    return sorted((p.relative_to(root), p.is_symlink()) for p in root.rglob("results*"))
+
+
+@pytest.mark.parametrize("where, make, says", PLACES, ids=PLACE_IDS)
+def test_a_results_path_that_is_not_a_usable_folder_is_named(tmp_path, monkeypatch, where,
+                                                              make, says):
+    """What the Snakefile checks before any job (``paths.results_problem``)."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "test.yaml").write_text("title: t\n")
+    make(tmp_path / where)
+    before = results_paths(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    problem = paths.results_problem("results")
+    assert problem.startswith(says) and "move it away" in problem, problem
+    assert results_paths(tmp_path) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where, make, says", [PLACES[0], PLACES[3]], ids=[
+    PLACE_IDS[0], PLACE_IDS[3]])
 def test_a_results_path_that_is_not_a_usable_folder_stops_the_run_in_one_line(
         tmp_path, where, make, says):
     root = copy_project(tmp_path / "project")
     make(root / where)
-    before = sorted((p.relative_to(root), p.is_symlink()) for p in root.rglob("results*"))
+    before = results_paths(root)
     proc = subprocess.run(DRY, cwd=root, env=ENV, capture_output=True, text=True)
     assert proc.returncode != 0
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0].startswith(f"fedleak: {says}") and "move it away" in lines[0]
-    assert sorted((p.relative_to(root), p.is_symlink())
-                  for p in root.rglob("results*")) == before  # nothing written or removed
-    if (root / where).is_file() and not (root / where).is_symlink():
-        assert (root / where).read_text() == "a user's notes\n"
+    assert results_paths(root) == before  # nothing written or removed
+    assert (root / where).read_text() == "a user's notes\n"
 
 
 def test_a_results_folder_this_user_cannot_write_is_named_with_its_owner_and_mode(

@@ -96,9 +96,10 @@ def identity(phase, wildcards):
 
 
 def rule_code(phase):
-    """The package modules a job runs (a change to one re-runs the job; experiment.code)."""
-    return lambda wildcards: code.job_files(phase, config, RESULTS,
-                                            identity(phase, wildcards))
+    """A digest of the package modules a job runs (a change to one re-runs the job through
+    its params; experiment.code)."""
+    return lambda wildcards: code.job_digest(phase, config, RESULTS,
+                                             identity(phase, wildcards))
 
 
 def rule_inputs(phase):

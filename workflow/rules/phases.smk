@@ -1,19 +1,20 @@
 # One rule per pipeline phase, each made from the phase's declaration
-# (src/fedleak/experiment/phases/<phase>.py): its outputs, the files and code its jobs read,
-# the configuration values they read, its log, priority and cluster resources; and
-# all_<phase>, every job of the phase that the configuration plans (DVC's stages run them).
+# (src/fedleak/experiment/phases/<phase>.py): its outputs, the files its jobs read, the
+# configuration values and a digest of the code they read, its log, priority and cluster
+# resources; and all_<phase>, every job of the phase that the configuration plans (DVC's
+# stages run them).
 for phase in phases.every():
 
     rule:
         name:
             phase.name
         input:
-            code=rule_code(phase),
             files=rule_inputs(phase),
         output:
             **rule_outputs(phase),
         params:
             spec=rule_params(phase),
+            code=rule_code(phase),
             config=CONFIG_JSON,
             command=phase.command,
             identity=rule_arguments(phase),

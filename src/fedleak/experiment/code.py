@@ -1,7 +1,10 @@
 """The code a job runs, as files: the import closure of its phase's module and of the
 modules that declare the artifacts it loads. A change to one of them re-runs the job; a
 change anywhere else (another phase, the planning code, the CLI, the schema's text, the
-docs) does not. The configuration values a job reads are its rule's ``params``, so a
+docs) does not. Snakemake reads it as one digest of those files' contents in the rule's
+``params`` (:func:`job_digest`: a ``touch`` or a fresh clone re-runs nothing, and the
+scheduler has a few input files per job to look at, not the ~60 of its code); DVC as the
+files (``experiment.dvc``). The configuration values a job reads are its rule's ``params``, so a
 changed schema default re-runs what reads it that way.
 
 Read from the source with ``ast``, nothing imported: every ``import fedleak...`` and
@@ -14,6 +17,7 @@ is why they are named here explicitly.
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 from collections.abc import Iterable
 from functools import cache
@@ -73,14 +77,34 @@ def files(modules: Iterable[str], start: Path | str = ".") -> list[str]:
             else str(path) for path in closure(modules)]
 
 
+def job_modules(phase, config: dict, results: Path, identity: dict) -> frozenset[str]:
+    """The modules one job runs: its phase's module and those declaring the artifacts it
+    loads (their imports: :func:`closure`)."""
+    loaders = artifacts.modules(phase.artifacts(config, results, identity))
+    return frozenset({phases.module_name(phase.name), *loaders})
+
+
 def job_files(phase, config: dict, results: Path, identity: dict,
               start: Path | str = ".") -> list[str]:
-    """The source files one job runs: its phase's module and the modules declaring the
-    artifacts it loads, with all they import (:func:`files`)."""
-    loaders = artifacts.modules(phase.artifacts(config, results, identity))
-    return _files(frozenset({phases.module_name(phase.name), *loaders}), str(start))
+    """The source files one job runs (:func:`job_modules`, with all they import)."""
+    return _files(job_modules(phase, config, results, identity), str(start))
 
 
 @cache
 def _files(modules: frozenset[str], start: str) -> list[str]:
     return files(sorted(modules), start)
+
+
+def job_digest(phase, config: dict, results: Path, identity: dict) -> str:
+    """sha256 of the source files one job runs (:func:`job_files`), each named by its path
+    inside the package: the same in every clone, changed by an edit of one of them."""
+    return _digest(job_modules(phase, config, results, identity))
+
+
+@cache
+def _digest(modules: frozenset[str]) -> str:
+    digest = hashlib.sha256()
+    for path in closure(sorted(modules)):
+        digest.update(f"{path.relative_to(ROOT).as_posix()}\n".encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
