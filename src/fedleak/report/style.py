@@ -30,7 +30,7 @@ LINESTYLES = ("-", "--", "-.", ":")
 # or marker), then the rest of the product
 _CYCLE = [(COLORS[i % 10], MARKERS[i % 8], LINESTYLES[i % 4]) for i in range(40)]
 COMBOS = _CYCLE + [c for c in itertools.product(COLORS, MARKERS, LINESTYLES) if c not in _CYCLE]
-NONE = {"color": "black", "marker": "*", "linestyle": "-"}
+UNDEFENDED_STYLE = {"color": "black", "marker": "*", "linestyle": "-"}
 # each registered defense's and attack's index in COMBOS, never changed: a newly registered
 # one is added with the next free index (tests/test_style.py fails until it is)
 FIXED = {
@@ -53,7 +53,7 @@ def series_styles(names: Iterable) -> dict:
     span = len(COMBOS) - HASHED
     for name in sorted(set(names), key=lambda n: (str(n) not in FIXED, str(n))):
         if str(name) == "none":
-            styles[name] = dict(NONE)
+            styles[name] = dict(UNDEFENDED_STYLE)
             continue
         if str(name) in FIXED:
             i = FIXED[str(name)]

@@ -53,7 +53,7 @@ from fedleak.utils.device import select, to_device
 from fedleak.utils.seeding import seed_everything
 from fedleak.utils.timing import rotated
 
-NONE = "none"
+BASELINE = "none"  # the undefended upload every defense's time is a ratio to
 
 
 def build_model(name: str, input_shape: tuple[int, int, int], classes: int, layout: str,
@@ -90,7 +90,7 @@ def untrained_zoo(attributes: list[str], classes: dict[str, int], feature_size: 
 
 def labels(params: dict) -> list[str]:
     """The defense labels timed, ``none`` (the undefended update) first."""
-    return [NONE, *dict.fromkeys(d for d in params["defenses"] if d != NONE)]
+    return [BASELINE, *dict.fromkeys(d for d in params["defenses"] if d != BASELINE)]
 
 
 def build_defense(config: dict, params: dict, label: str, device: torch.device
@@ -98,8 +98,8 @@ def build_defense(config: dict, params: dict, label: str, device: torch.device
     """The defense of ``label`` at its first configured strength, with stand-ins for what
     it needs on ``device``; the strength and the attributes whose values its batches must
     carry."""
-    if label == NONE:
-        return defenses.build(NONE), 0.0, []
+    if label == BASELINE:
+        return defenses.build(BASELINE), 0.0, []
     strength = config["defenses"][label]["strengths"][0]
     name, kwargs = plan.defense_of(config, Setting(label, strength))
     shape = tuple(params["input_shape"])
@@ -163,6 +163,7 @@ def defense_cost(config: dict, results: Path, params: dict) -> StudyResult:
             seconds = {label: statistics.median(wall for wall, _ in times[label])
                        for label in timed}
             rows += [{"model": name, "defense": label, "strength": built[label][1],
-                      "seconds": seconds[label], "ratio_to_none": seconds[label] / seconds[NONE]}
+                      "seconds": seconds[label],
+                      "ratio_to_none": seconds[label] / seconds[BASELINE]}
                      for label in timed]
     return StudyResult(rows)
