@@ -18,6 +18,15 @@ os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(items):
+    """The modules that hold a slow test first, each whole and in its order: pytest-xdist
+    hands tests out in this order as workers free up, so the long pipeline runs start at
+    once and the short tests fill in at the end, instead of one worker finishing a long
+    run alone."""
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow)
+
+
 @pytest.fixture(autouse=True)
 def _torch_state_as_at_start():
     """Each test starts from one thread and torch's own kernels: a job run in-process sets its

@@ -13,13 +13,15 @@ import yaml
 from test_pipeline import ENV, SNAKEMAKE, copy_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("live_run")]
-LIVE = ["--cores", "1", "--configfile", "config/live.yaml"]
+# Only the FL runs (`all_fl_run`): their 1,500 rounds outlast the second runs, and the
+# lock is the results folder's whatever a run targets.
+LIVE = ["--cores", "1", "--configfile", "config/live.yaml", "all_fl_run"]
 DAMAGING = ("--unlock", "--rerun-incomplete", "--cleanup-metadata", "Traceback")
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    """A run of the tiny configuration with long FL runs, started in the background; the
+    """The FL runs of the tiny configuration made long, started in the background; the
     tests of this module try second runs while it works, the last one waits for it."""
     root = copy_project(tmp_path_factory.mktemp("live") / "project")
     config = yaml.safe_load((root / "config" / "test.yaml").read_text())

@@ -1,6 +1,7 @@
 """Paper configurations: their plans hold only what their targets need, the README's smoke
-command of each runs verbatim in a fresh copy, and the README's table of targets is the one
-the configurations generate."""
+command of EPAFL runs verbatim in a fresh copy and every other one plans the jobs that make
+all of its targets, and the README's table of targets is the one the configurations
+generate."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
+import in_process
 import pytest
 from conftest import REPO
 from test_pipeline import ENV, copy_project, run
 
 from fedleak import config as cfg
 from fedleak.experiment import catalog, configuration, plan
+from fedleak.experiment.compare import compare
 
 PAPERS = sorted((REPO / "config" / "paper").glob("*.yaml"))
 README = (REPO / "README.md").read_text()
@@ -64,33 +68,59 @@ def test_gias_plans_a_prior_per_dataset_giml_for_its_case_and_no_evaluation_netw
                        "figa3", "figa4"}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("paper", [p.stem for p in PAPERS])
-def test_readme_smoke_command_runs_every_target(paper, tmp_path):
-    root = copy_project(tmp_path / "project")
-    command = smoke_command(paper)
-    proc = subprocess.run(command, shell=True, cwd=root, env=ENV, capture_output=True,
-                          text=True)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    config = configuration.load(root / "results" / "config.resolved.json")
-    assert config["smoke"] is True
+def assert_every_target_made(results: Path, config: dict, compared: str) -> None:
+    """Each target's table, panels and comparison with the paper are there, the report has
+    a section per target, and ``fedleak compare`` (its output ``compared``) pairs rows of
+    each target that has the paper's numbers."""
     for name, target in config["targets"].items():
-        folder = root / "results" / "targets" / name
+        folder = results / "targets" / name
         files = {p.name for p in folder.iterdir()}
         assert ("table" not in target) or f"{name}.csv" in files, (name, files)
         assert {f"{name}{panel}.png" for panel, _ in cfg.figure_specs(target)} <= files, (
             name, files)
         assert (name not in config["reference"]) or f"{name}_vs_paper.csv" in files
-    report = (root / "results" / "report.md").read_text()
+    report = (results / "report.md").read_text()
     assert all(f"## {name}:" in report for name in config["targets"])
-    compare = subprocess.run("fedleak compare --config results/config.resolved.json", shell=True,
-                             cwd=root, env=ENV, capture_output=True, text=True)
-    assert compare.returncode == 0, compare.stderr
-    assert all(f"{name}: " in compare.stdout for name in config["reference"])
-    summary = compare.stdout[compare.stdout.index("pairs of rows ordered as in the paper"):]
+    assert all(f"{name}: " in compared for name in config["reference"])
+    summary = compared[compared.index("pairs of rows ordered as in the paper"):]
     assert all(re.search(rf"^  {name} +(\d+/\d+|- )", summary, re.M)
                for name in config["reference"]), summary
     assert re.search(r"^  all +\d+/\d+$", summary, re.M), summary
+
+
+@pytest.mark.slow
+def test_epafls_readme_smoke_command_runs_every_target(tmp_path):
+    """The first README smoke line, verbatim in a fresh copy, then `fedleak compare`."""
+    root = copy_project(tmp_path / "project")
+    proc = subprocess.run(smoke_command("epafl"), shell=True, cwd=root, env=ENV,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    config = configuration.load(root / "results" / "config.resolved.json")
+    assert config["smoke"] is True
+    compare = subprocess.run("fedleak compare --config results/config.resolved.json",
+                             shell=True, cwd=root, env=ENV, capture_output=True, text=True)
+    assert compare.returncode == 0, compare.stderr
+    assert_every_target_made(root / "results", config, compare.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("paper", [p.stem for p in PAPERS if p.stem != "epafl"])
+def test_readme_smoke_plan_runs_every_target(paper, tmp_path):
+    """Every other README smoke line plans, as a dry run, the jobs that its configuration's
+    plan runs here in one process (``in_process``: the same job functions without a
+    process per job), and those make every target."""
+    root = copy_project(tmp_path / "project")
+    dry = subprocess.run(f"{smoke_command(paper)} -n --quiet rules", shell=True, cwd=root,
+                         env=ENV, capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr[-4000:]
+    planned = dict(re.findall(r"^(\w+) +(\d+)$", dry.stdout + dry.stderr, flags=re.M))
+    results = tmp_path / "results"
+    config = in_process.resolved(root / "config" / "paper" / f"{paper}.yaml", results,
+                                 smoke=True)
+    ran = in_process.run_plan(config, results)
+    assert {**ran, "all": 1, "total": sum(ran.values()) + 1} == {
+        rule: int(n) for rule, n in planned.items()}
+    assert_every_target_made(results, config, compare(config, results))
 
 
 @pytest.mark.slow
