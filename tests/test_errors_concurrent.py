@@ -15,7 +15,8 @@ from test_pipeline import ENV, SNAKEMAKE, copy_project
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("live_run")]
 # Only the FL runs (`all_fl_run`): their 1,500 rounds outlast the second runs, and the
 # lock is the results folder's whatever a run targets.
-LIVE = ["--cores", "1", "--configfile", "config/live.yaml", "all_fl_run"]
+# (the target first: `--configfile` takes every word after it as a file)
+LIVE = ["all_fl_run", "--cores", "1", "--configfile", "config/live.yaml"]
 DAMAGING = ("--unlock", "--rerun-incomplete", "--cleanup-metadata", "Traceback")
 
 
