@@ -63,13 +63,27 @@ def own_source(root: Path) -> dict:
     return {**ENV, "PYTHONPATH": str(root / "src")}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def local_run(tmp_path_factory) -> Path:
     """The tiny configuration run once, locally, in a fresh copy of the project running its
     own source (the tests that use it share one xdist worker, so it runs once)."""
     root = copy_project(tmp_path_factory.mktemp("local"))
     run(TEST_RUN, root, env=own_source(root))
     return root
+
+
+@pytest.fixture(scope="session")
+def dvc_run(tmp_path_factory) -> tuple[Path, str]:
+    """The tiny configuration through `dvc repro` (params.yaml names the configuration it
+    runs; the embedded default takes minutes) in a fresh git repository of the project: the
+    second clean run beside ``local_run``. Its root and the first repro's output."""
+    root = copy_project(tmp_path_factory.mktemp("dvc") / "project")
+    (root / "params.yaml").write_text("config: config/test.yaml\n")
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"],
+                [sys.executable, "-m", "dvc", "init", "-q"]):
+        run(cmd, root)
+    return root, run([sys.executable, "-m", "dvc", "repro"], root).stdout
 
 
 def planned(root: Path, env: dict) -> Counter:
@@ -111,9 +125,10 @@ def test_an_edit_re_plans_only_the_jobs_that_run_the_edited_code(local_run):
 @pytest.mark.slow
 @pytest.mark.xdist_group("local_run")
 def test_two_clean_runs_are_byte_identical_and_the_html_report_captions_every_figure(
-        local_run, tmp_path):
-    first, second = local_run, copy_project(tmp_path / "b")
-    run(TEST_RUN, second)
+        local_run, dvc_run):
+    """The README's snakemake command and `dvc repro` (its stages' snakemake calls), each in
+    a fresh copy: the same tables, figures and report, byte for byte."""
+    first, second = local_run, dvc_run[0]
     expected = {f"results/tables/{t}.csv" for t in
                 ("utility", "privacy", "tradeoff", "censor_table", "evalnet_monotonicity")}
     expected |= {f"results/figures/{k}_{a}.png" for k in ("pmm_vs_psnr", "recon")
@@ -175,15 +190,13 @@ def cancel_first_running(rule: str, process: subprocess.Popen) -> str | None:
 @pytest.mark.slow
 @pytest.mark.slurm
 @pytest.mark.xdist_group("local_run")
+@pytest.mark.skipif(bool(slurm_unavailable()), reason=f"slurm test not run: {slurm_unavailable()}")
 def test_slurm_runs_every_job_and_resubmits_a_cancelled_one_with_identical_tables(
         local_run, tmp_path):
     """The README's cluster commands on a real single-node SLURM (tests/cluster/
     slurm-local.sh): every job goes through sbatch with its rule's partition, memory and
     wall time; an attack job cancelled with scancel mid-run is submitted again (the
     profile's retries); the tables are the local run's, byte for byte."""
-    reason = slurm_unavailable()
-    if reason:
-        pytest.skip(f"slurm test not run: {reason}")
     root = copy_project(tmp_path / "project")
     script = "\n".join(commands(readme_block("### Try it on one machine", "bash", 2)))
     process = subprocess.Popen(["bash", "-e", "-c", script], cwd=root, env=ENV,
@@ -214,18 +227,12 @@ def test_slurm_runs_every_job_and_resubmits_a_cancelled_one_with_identical_table
 
 
 @pytest.mark.slow
-def test_dvc_repro_runs_every_stage_then_has_nothing_to_do(tmp_path):
-    """params.yaml names the configuration `dvc repro` runs; the tests point it at the tiny
-    one (the embedded default takes minutes)."""
-    root = copy_project(tmp_path / "project")
-    (root / "params.yaml").write_text("config: config/test.yaml\n")
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
-                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"],
-                [sys.executable, "-m", "dvc", "init", "-q"]):
-        run(cmd, root)
-    first = run([sys.executable, "-m", "dvc", "repro"], root)
-    for stage in ("data", "evalnet", "gan", "fl", "attack", "aggregate"):
-        assert f"Running stage '{stage}'" in first.stdout
+@pytest.mark.xdist_group("local_run")
+def test_dvc_repro_runs_every_stage_then_has_nothing_to_do(dvc_run):
+    root, first = dvc_run
+    for stage in ("prepare_data", "train_evalnet", "train_gan", "fl_run", "attack", "target",
+                  "aggregate"):
+        assert f"Running stage '{stage}'" in first
     assert (root / "results" / "report.md").is_file()
     lock = (root / "dvc.lock").read_text()
     assert "config/test.yaml" in lock
@@ -243,8 +250,8 @@ def test_dvc_repro_runs_every_stage_then_has_nothing_to_do(tmp_path):
                             capture_output=True, text=True)
     assert review.returncode == 0, review.stdout[-2000:] + review.stderr[-2000:]
     assert "Data and pipelines are up to date." in review.stdout
-    assert "verified: 12 outputs" in review.stdout
-    clone = tmp_path / "review"
+    assert "verified: 14 outputs" in review.stdout
+    clone = root.parent / "review"
     assert (clone / "results" / "report.md").read_bytes() == \
         (root / "results" / "report.md").read_bytes()
     with (clone / "results" / "tables" / "utility.csv").open("a") as table:

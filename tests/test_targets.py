@@ -153,6 +153,11 @@ def test_stand_in_data_has_the_paper_dataset_shape_and_classes():
     assert tuple(mnist.x.shape[1:]) == (1, 28, 28) and mnist.num_classes == 10
     cifar100 = datasets.load("cifar100", root="nowhere", stand_in="fake")
     assert tuple(cifar100.x.shape[1:]) == (3, 32, 32) and cifar100.num_classes == 100
+    spec = {"root": "nowhere", "size": 64, "max_images": 400, "stand_in": "digits"}
+    imagenet = datasets.load("imagenet", **spec)
+    assert tuple(imagenet.x.shape) == (400, 3, 64, 64) and datasets.size("imagenet", spec) == 400
+    every = datasets.load("imagenet", **{**spec, "max_images": 9999})
+    assert torch.equal(imagenet.x, every.x[:400])
     assert "torchvision.datasets.MNIST" in datasets.missing("mnist", {"root": "nowhere"})
 
 

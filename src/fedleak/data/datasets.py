@@ -21,8 +21,9 @@ with integer labels.
 
 Smoke runs replace a paper dataset by a stand-in of its image shape (``SHAPES``) and class
 count (``stand_in``): ``digits`` (the bundled digits resized, labels kept) or ``fake``
-(torchvision's FakeData: seeded noise, for shapes only). An attribute dataset's stand-in
-also carries its attributes (``attributes.stand_in``).
+(torchvision's FakeData: seeded noise, for shapes only), its first ``max_images`` where
+the dataset has that key. An attribute dataset's stand-in also carries its attributes
+(``attributes.stand_in``).
 """
 
 from __future__ import annotations
@@ -161,7 +162,8 @@ def size(name: str, spec: dict) -> int | None:
     if name in ATTRIBUTE_DATASETS or name not in DATASETS:
         return None
     if spec.get("stand_in"):
-        return DIGITS_COUNT if spec["stand_in"] == "digits" else STAND_IN_SIZE
+        count = DIGITS_COUNT if spec["stand_in"] == "digits" else STAND_IN_SIZE
+        return min(count, spec.get("max_images", count))
     if name == "natural":
         return spec["count"]
     if "max_images" in spec:
@@ -241,8 +243,9 @@ def missing(name: str, options: dict) -> str | None:
 def load(name: str, **options) -> ImageData:
     """Load a dataset by name; options are those of the loader (``stand_in``: smoke data)."""
     stand_in = options.pop("stand_in", None)
-    if stand_in:
-        return load_stand_in(name, stand_in)
+    if stand_in:  # its first max_images, as a folder's (a smoke run's cheaper evaluation)
+        data = load_stand_in(name, stand_in)
+        return data.subset(torch.arange(min(len(data), options.get("max_images", len(data)))))
     if name in TORCHVISION:
         return load_torchvision(name, **options)
     if name in IMAGE_FOLDERS:
