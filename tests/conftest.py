@@ -166,7 +166,11 @@ def observe_defended(victim, defense: str, **params):
 
 
 def tiny_config(defenses: dict | None = None, attacks: dict | None = None, **attack) -> dict:
-    """A validated one-round configuration: 16x16 digits, LeNet, 4 clients, 2 victims."""
+    """A validated one-round configuration: 16x16 digits, LeNet, 4 clients, 2 victims;
+    ``attack`` updates the `attack:` subsections it names (victims={"stride": 3}, ...)."""
+    sections = {"victims": {"count": 2}, "outputs": {"metrics": ["psnr"]}}
+    for name, values in attack.items():
+        sections[name] = {**sections.get(name, {}), **values}
 
     return configuration.validate({
         "threads": 1, "device": "cpu",
@@ -175,6 +179,6 @@ def tiny_config(defenses: dict | None = None, attacks: dict | None = None, **att
         "fl": {"seeds": [0], "rounds": 1, "eval_every": 1, "client_batch_size": 8,
                "server_optimizer": "sgd", "server_lr": 0.1},
         "defenses": {"none": {"strengths": [0]}, **(defenses or {})},
-        "attack": {"victims": 2, "metrics": ["psnr"], **attack},
+        "attack": sections,
         "attacks": {"dlg": {"iterations": 1}, **(attacks or {})},
     })

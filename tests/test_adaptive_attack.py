@@ -1,5 +1,5 @@
 """The adaptive reconstruction attacker (issue 33): each defense's adaptive transformation
-(``Defense.adaptive``), EOT sampling a deterministic one once, the ``attack.adaptive``
+(``Defense.adaptive``), EOT sampling a deterministic one once, the ``attack.attacker.adaptive``
 option (rows with ``attacker``), and on real digits the adaptive Inverting Gradients
 recovering more than the paper's under pruning 0.9 and the same undefended."""
 
@@ -184,17 +184,17 @@ def test_eot_samples_a_deterministic_defense_once(pool, name, deterministic):
 
 def test_adaptive_labels_must_be_attacks_eot_wraps():
     base = {"attacks": {"dlg": {}, "inverting_gradients": {}}}
-    with pytest.raises(cfg.ConfigError, match=r"'attack.adaptive\[0\]': 'dlg' is not a "
-                                              r"configured attack label of"):
-        configuration.validate({**base, "attack": {"adaptive": ["dlg"]}})
-    with pytest.raises(cfg.ConfigError, match=r"'attack.adaptive\[0\]': 'gga' .* expected one "
-                                              r"of \['inverting_gradients'\]"):
-        configuration.validate({**base, "attack": {"adaptive": ["gga"]}})
-    assert configuration.validate(base)["attack"]["adaptive"] == []
-    with pytest.raises(cfg.ConfigError, match=r"'attack.snapshots' \[10\]: the adaptive "
+    with pytest.raises(cfg.ConfigError, match=r"'attack.attacker.adaptive\[0\]': 'dlg' is not "
+                                              r"a configured attack label of"):
+        configuration.validate({**base, "attack": {"attacker": {"adaptive": ["dlg"]}}})
+    with pytest.raises(cfg.ConfigError, match=r"'attack.attacker.adaptive\[0\]': 'gga' .* "
+                                              r"expected one of \['inverting_gradients'\]"):
+        configuration.validate({**base, "attack": {"attacker": {"adaptive": ["gga"]}}})
+    assert configuration.validate(base)["attack"]["attacker"]["adaptive"] == []
+    with pytest.raises(cfg.ConfigError, match=r"'attack.outputs.snapshots' \[10\]: the adaptive "
                                               r"attacker .* records no snapshots"):
-        configuration.validate({**base, "attack": {"adaptive": ["inverting_gradients"],
-                                         "snapshots": [10]}})
+        configuration.validate({**base, "attack": {
+            "attacker": {"adaptive": ["inverting_gradients"]}, "outputs": {"snapshots": [10]}}})
 
 
 # measured (2 victims, 16x16 digits, IG 60 iterations): pruning 0.9, paper 6.4 and 6.1 dB,
@@ -227,7 +227,7 @@ def test_adaptive_ig_recovers_more_under_pruning_and_the_same_undefended(pool):
 def small_config() -> dict:
     return tiny_config({"quantization": {"strengths": [2]}},
                        {"inverting_gradients": {"iterations": 3}},
-                       adaptive=["inverting_gradients"])
+                       attacker={"adaptive": ["inverting_gradients"]})
 
 
 def test_attack_jobs_write_paper_and_adaptive_rows_deterministically(tmp_path):
@@ -269,10 +269,11 @@ def test_attack_jobs_write_paper_and_adaptive_rows_deterministically(tmp_path):
 
 def test_the_estimate_counts_the_adaptive_attacker():
 
-    config = {"attacks": {"inverting_gradients": {"iterations": 10}}, "attack": {"victims": 3}}
+    config = {"attacks": {"inverting_gradients": {"iterations": 10}},
+              "attack": {"victims": {"count": 3}}}
     plain = attack_work(configuration.validate(config), ["inverting_gradients"])
     assert plain == {"adam": 30}
-    config["attack"].update(adaptive=["inverting_gradients"], adaptive_samples=2)
+    config["attack"]["attacker"] = {"adaptive": ["inverting_gradients"], "adaptive_samples": 2}
     assert attack_work(configuration.validate(config), ["inverting_gradients"]) == {"adam": 90}
     # a deterministic defense's transformation is drawn once
     assert attack_work(configuration.validate(config), ["inverting_gradients"],

@@ -1,6 +1,6 @@
 """CENSOR's victim protocol and Figs. 2, 3, 10 (issue 31): victims at a stride of a held-out
 split or of one class (`data.victims`), the two clients' rounds of Fig. 2 (`fl.mixed`,
-`attack.mixed`), pairwise likeness of one class's reconstructions, proposals from one
+`attack.protocol.mixed`), pairwise likeness of one class's reconstructions, proposals from one
 public class (`censor.public_class`), Table II's batches of distinct labels."""
 
 from __future__ import annotations
@@ -32,15 +32,16 @@ CENSOR = REPO / "config" / "paper" / "censor.yaml"
 
 
 def spec(**changes) -> dict:
-    """A validated `attack:` section with ``changes``."""
+    """A validated `attack:` section with ``changes`` (its subsections' values)."""
     return configuration.validate({"attack": changes})["attack"]
 
 
 def test_stride_takes_every_stride_th_image_of_the_pool_in_order():
     labels = np.arange(40) % 4
-    batches = victim_images.strided(labels, spec(victims=3, batch_size=2, stride=5))
+    batches = victim_images.strided(labels, spec(victims={"count": 3, "stride": 5},
+                                                 protocol={"batch_size": 2}))
     assert [b.tolist() for b in batches] == [[0, 5], [10, 15], [20, 25]]
-    of_class = victim_images.strided(labels, spec(victims=2, stride=3, victim_class=1))
+    of_class = victim_images.strided(labels, spec(victims={"count": 2, "stride": 3, "class": 1}))
     assert [b.tolist() for b in of_class] == [[1], [13]]  # class 1 at 1, 5, 9, 13, ...
 
 
@@ -48,7 +49,7 @@ def test_default_victims_are_drawn_as_before():
     """Without stride or class the draw is the earlier one: other configurations attack
     exactly the same images."""
     labels = np.arange(500) % 10
-    attack = spec(victims=4, batch_size=3)
+    attack = spec(victims={"count": 4}, protocol={"batch_size": 3})
     ours = victim_batches(labels, attack, np.random.default_rng(7))
     chosen = np.random.default_rng(7).choice(len(labels), 12, replace=False)
     assert [b.tolist() for b in ours] == [np.sort(chosen[v * 3:(v + 1) * 3]).tolist()
@@ -57,25 +58,27 @@ def test_default_victims_are_drawn_as_before():
 
 def test_victims_of_one_class_are_disjoint_and_of_that_class():
     labels = np.arange(600) % 10
-    batches = victim_batches(labels, spec(victims=6, victim_class=2),
+    batches = victim_batches(labels, spec(victims={"count": 6, "class": 2}),
                                      np.random.default_rng(0))
     flat = np.concatenate(batches)
     assert len(set(flat.tolist())) == 6 and set(labels[flat].tolist()) == {2}
 
 
 @pytest.mark.parametrize("changes, counts, expected", [
-    ({"victims": 10, "stride": 1000, "split": "test"}, {"test": [36] * 10},
-     ["'attack.stride' 1000", "need 9001 images", "test split of 'digits' holds 360",
+    ({"victims": {"count": 10, "stride": 1000, "split": "test"}}, {"test": [36] * 10},
+     ["'attack.victims.stride' 1000", "need 9001 images", "test split of 'digits' holds 360",
       "at most 39"]),
-    ({"victims": 6, "victim_class": 7}, {"train": [5] * 7 + [0] * 3},
-     ["'attack.victim_class' 7", "no image of class 7", "7 classes"]),
-    ({"victims": 6, "victim_class": 2}, {"train": [5] * 10},
+    ({"victims": {"count": 6, "class": 7}}, {"train": [5] * 7 + [0] * 3},
+     ["'attack.victims.class' 7", "no image of class 7", "7 classes"]),
+    ({"victims": {"count": 6, "class": 2}}, {"train": [5] * 10},
      ["6 x 1 = 6 distinct images", "train split of 'digits' (class 2) holds 5"]),
-    ({"stride": 10, "distinct_labels": True, "batch_size": 2}, {"train": [50] * 10},
-     ["'attack.stride' 10 takes fixed images", "'attack.distinct_labels'"]),
-    ({"split": "test"}, {"all": [50] * 10}, ["'attack.split' 'test' is not a split"]),
-    ({"mixed": {"batch_size": 500}}, {"train": [50] * 10},
-     ["'attack.mixed.batch_size' 500", "holds 496"]),
+    ({"victims": {"stride": 10, "distinct_labels": True}, "protocol": {"batch_size": 2}},
+     {"train": [50] * 10},
+     ["'attack.victims.stride' 10 takes fixed images", "'attack.victims.distinct_labels'"]),
+    ({"victims": {"split": "test"}}, {"all": [50] * 10},
+     ["'attack.victims.split' 'test' is not a split"]),
+    ({"protocol": {"mixed": {"batch_size": 500}}}, {"train": [50] * 10},
+     ["'attack.protocol.mixed.batch_size' 500", "holds 496"]),
 ])
 def test_problem_names_the_key_the_value_and_what_fits(changes, counts, expected):
     why = victim_images.problem(spec(**changes), counts, "digits")
@@ -83,10 +86,12 @@ def test_problem_names_the_key_the_value_and_what_fits(changes, counts, expected
 
 
 def test_a_stride_beyond_the_split_is_a_config_error():
-    with pytest.raises(cfg.ConfigError, match=r"'attack.stride' 1000: 10 victims .* need 9001"):
+    with pytest.raises(cfg.ConfigError,
+                       match=r"'attack.victims.stride' 1000: 10 victims .* need 9001"):
         configuration.validate({"cases": [{"dataset": "digits", "model": "lenet"}],
                                 "attacks": {"dlg": {}},
-                                "attack": {"victims": 10, "split": "test", "stride": 1000}})
+                                "attack": {"victims": {"count": 10, "split": "test",
+                                                       "stride": 1000}}})
 
 
 small_config = tiny_config
@@ -103,19 +108,20 @@ def prepared(tmp_path_factory):
 
 
 def test_prepared_splits_are_checked_before_any_job(prepared):
-    config = small_config(split="test", stride=370)  # 371 images of the 359 held out
+    # 371 images of the 359 held out
+    config = small_config(victims={"split": "test", "stride": 370})
     found = victim_problems(config, prepared)
     assert len(found) == 1 and "setting 'none-0' of case" in found[0]
-    assert "'attack.stride' 370" in found[0] and "holds 359" in found[0]
-    with pytest.raises(ValueError, match="'attack.stride' 370"):
+    assert "'attack.victims.stride' 370" in found[0] and "holds 359" in found[0]
+    with pytest.raises(ValueError, match="'attack.victims.stride' 370"):
         run_attacks(config, prepared, CASE, NONE, 0)
-    assert victim_problems(small_config(split="test", stride=100), prepared) == []
+    assert victim_problems(small_config(victims={"split": "test", "stride": 100}), prepared) == []
 
 
 def test_prepare_data_refuses_victims_its_splits_cannot_give(tmp_path):
     """On a fresh run the check comes when the data are prepared, before any FL run."""
     with pytest.raises(ValueError, match=r"the train split of 'digits' \(class 3\) holds"):
-        prepare_data(small_config(victim_class=3, victims=200), tmp_path, "digits")
+        prepare_data(small_config(victims={"class": 3, "count": 200}), tmp_path, "digits")
 
 
 def observed(config: dict, results) -> tuple[list, list, torch.nn.Module]:
@@ -127,16 +133,18 @@ def observed(config: dict, results) -> tuple[list, list, torch.nn.Module]:
 
 
 def test_held_out_victims_at_a_stride(prepared):
-    observations, truths, model = observed(small_config(split="test", stride=100), prepared)
+    config = small_config(victims={"split": "test", "stride": 100})
+    observations, truths, model = observed(config, prepared)
     test = data.load_prepared(paths.data_dir(prepared, "digits"), "test")
     assert [t[0].tolist() for t in truths] == [[0], [100]]
     assert torch.equal(truths[1][1], test.x[100:101]) and observations[0].model is model
 
 
 def test_fig2_observes_the_victims_own_upload_after_two_clients_rounds(prepared):
-    """With attack.mixed the attacked model is the round-0 model after `round` rounds of
+    """With attack.protocol.mixed the attacked model is the round-0 model after `round` rounds of
     the victim and another client; the attacker sees the victim's own gradient there."""
-    config = small_config(split="test", stride=100, round=2, mixed={"batch_size": 32})
+    config = small_config(victims={"split": "test", "stride": 100},
+                          protocol={"round": 2, "mixed": {"batch_size": 32}})
     assert plan.checkpoint_rounds(config) == [0]
     observations, truths, model = observed(config, prepared)
     again, _, _ = observed(config, prepared)
@@ -213,7 +221,8 @@ def test_censor_table2_batches_hold_distinct_labels(smoke):
     labels = rng.permutation(np.arange(360 if smoke else 10000) % (10 if smoke else 1000))
     for point in points:
         attack = plan.resolve(config, point.setting)["attack"]
-        assert (attack["batch_size"], attack["distinct_labels"], attack["stride"]) == (4, True, 0)
+        assert (attack["protocol"]["batch_size"], attack["victims"]["distinct_labels"],
+                attack["victims"]["stride"]) == (4, True, 0)
         assert victim_images.problem(attack, {"test": np.bincount(labels).tolist()},
                                      "imagenet") is None
         for batch in victim_batches(labels, attack, np.random.default_rng(1)):
@@ -224,6 +233,7 @@ def test_censor_protocol_victims_fit_every_dataset():
     """§V-B: every 1,000th image of each held-out split, ten victims: 9,001 images needed,
     at most the split's upper bound for ImageNet, FFHQ and CIFAR-10."""
     config = configuration.load(CENSOR)
-    assert (config["attack"]["split"], config["attack"]["stride"]) == ("test", 1000)
+    assert (config["attack"]["victims"]["split"], config["attack"]["victims"]["stride"]) == \
+        ("test", 1000)
     for case in config["cases"]:
         assert configuration.split_capacity(config, case["dataset"], "test") >= 9001

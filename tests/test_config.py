@@ -33,7 +33,8 @@ def test_defaults_fill_an_empty_config():
      "'attacks.eot.wraps_params.iterations'"),
     ({"defenses": {"dp_gaussian": {"strengths": [-0.1]}}}, "'defenses.dp_gaussian.strengths[0]'"),
     ({"defenses": {"quantization": {"strengths": [0]}}}, "'defenses.quantization.strengths[0]'"),
-    ({"attack": {"seeds": [7]}}, "'attack.seeds'"),
+    ({"attack": {"attacker": {"seeds": [7]}}}, "'attack.attacker.seeds'"),
+    ({"attack": {"seeds": [7]}}, "'attack.attacker.seeds'"),  # the old flat key, named anew
 ])
 def test_bad_config_names_the_key_in_one_line(bad, key):
     with pytest.raises(cfg.ConfigError) as err:

@@ -49,8 +49,8 @@ def tiny_config(device: str) -> dict:
                         "inverting_gradients": {"iterations": 2, "restarts": 1},
                         "gias": {"variant": "z/w", "latent_iterations": 2,
                                  "parameter_iterations": 2, "restarts": 1}})
-    raw["attack"].update(metrics=["psnr", "mse"], adaptive=["inverting_gradients"],
-                         adaptive_samples=2)
+    raw["attack"]["outputs"].update(metrics=["psnr", "mse"])
+    raw["attack"]["attacker"].update(adaptive=["inverting_gradients"], adaptive_samples=2)
     raw["attribute"].update(adversaries=["stru_nn"], defenses=["none"])
     return configuration.validate(raw)
 

@@ -25,7 +25,7 @@ CONFIG = """threads: 1
 datasets: {digits: {channels: 1, size: 16}}
 cases: [{dataset: digits, model: lenet, partition: {clients: 4}}]
 fl: {seeds: [0], rounds: 1}
-attack: {victims: 1, grid_victims: 1, metrics: [psnr]}
+attack: {victims: {count: 1}, outputs: {grid_victims: 1, metrics: [psnr]}}
 attacks: {dlg: {iterations: 1}}
 """
 

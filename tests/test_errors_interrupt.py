@@ -39,7 +39,8 @@ fl: {seeds: [0], rounds: 4, client_batch_size: 8, eval_every: 2}
 defenses:
   none: {strengths: [0]}
   dp_gaussian: {strengths: [0.01]}
-attack: {victims: 2, seeds: [0], grid_victims: 1, metrics: [psnr, ssim, mse]}
+attack: {victims: {count: 2}, attacker: {seeds: [0]},
+         outputs: {grid_victims: 1, metrics: [psnr, ssim, mse]}}
 attacks:
   dlg: {iterations: 2}
   # long enough that an attack job is seen running (its start-up alone takes about 2 s)

@@ -38,7 +38,8 @@ def run(tmp_path_factory):
         "cases": [{"dataset": "digits", "model": "lenet", "partition": {"clients": 4}}],
         "fl": {"seeds": [0], "rounds": 2, "eval_every": 1, "client_batch_size": 8},
         "defenses": {"none": {"strengths": [0]}, "dp_gaussian": {"strengths": [0.01]}},
-        "attack": {"victims": 2, "grid_victims": 2, "metrics": ["psnr", "ssim", "mse"]},
+        "attack": {"victims": {"count": 2},
+                   "outputs": {"grid_victims": 2, "metrics": ["psnr", "ssim", "mse"]}},
         "attacks": {"dlg": {"iterations": 2}, "inverting_gradients": {"iterations": 3}},
     })
     prepare_data(config, results, "digits")

@@ -108,7 +108,7 @@ def test_cost_grows_linearly_with_rounds_and_iterations(tmp_path, one_second_uni
         return estimate.estimate(config, results=tmp_path / "results")[-1]["cpu_hours"]
 
     for key, values in (("fl.rounds", (4, 8, 12)), ("attacks.dlg.iterations", (2, 4, 6)),
-                        ("attack.victims", (1, 2, 3))):
+                        ("attack.victims.count", (1, 2, 3))):
         one, two, three = (hours(**{key: v}) for v in values)
         assert two - one == pytest.approx(three - two) and two > one, key
     config, _ = configured(tmp_path)
@@ -153,7 +153,7 @@ def test_an_lbfgs_attack_is_priced_per_lbfgs_iteration_as_the_engine_runs_it(tmp
     by_optimizer = Counter()
     for (_, setting), labels in plan.attack_jobs(config).items():
         by_optimizer.update(attack_work(plan.resolve(config, setting), labels))
-    seeds = len(config["attack"]["seeds"])
+    seeds = len(config["attack"]["attacker"]["seeds"])
     assert work["lbfgs"] == seeds * by_optimizer["lbfgs"] > 0  # dlg, idlg
     assert work["match"] == seeds * by_optimizer["adam"] > 0
     monkeypatch.setenv("FEDLEAK_CACHE", str(tmp_path / "cache"))

@@ -258,7 +258,7 @@ def test_a_pretrained_prior_takes_no_wrong_dataset_and_no_rgap_rows():
 TINY = """threads: 1
 cases: [{{dataset: digits, model: lenet, partition: {{kind: iid, clients: 2}}}}]
 fl: {{rounds: 1, seeds: [0], client_batch_size: 8}}
-attack: {{victims: 1, seeds: [0], grid_victims: 1}}
+attack: {{victims: {{count: 1}}, attacker: {{seeds: [0]}}, outputs: {{grid_victims: 1}}}}
 defenses: {{none: {{strengths: [0]}}}}
 attacks: {{gga: {{optimizer: adam, iterations: 2}}, gifd: {{steps: [2]}}}}
 gan: {{kind: stylegan2, weights: {weights}, resolution: 32,
@@ -290,7 +290,7 @@ def test_a_pretrained_kind_plans_no_gan_training_and_waits_for_its_file(weights,
     dry = run([*SNAKEMAKE, "-n", "--cores", "1", "--configfile", str(tiny)], root)
     assert "rule attack:" in dry.stdout and "train_gan" not in dry.stdout
     attack = dry.stdout[dry.stdout.index("rule attack:"):]
-    assert "priors/g_ema.pt" in attack.split("output:")[0]  # the weights: the job's input
+    assert "priors/g_ema.pt" in attack.victims.split("output:")[0]  # the weights: the job's input
 
     (root / "priors" / "g_ema.pt").unlink()
     shutil.rmtree(root / "results")

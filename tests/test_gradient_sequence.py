@@ -1,7 +1,7 @@
 """GIAS (Jeon et al., NeurIPS 2021) App. D, Fig. A3: inversion from a sequence of gradients,
 min_x sum_t c(x[S_t]; theta_t, g_t) with c the Inverting Gradients cost. Real digits (8x8,
 LeNet), each victim a client's 8 images uploaded T times, 4 random ones a time, under a
-re-initialised or a trained model: the attack job's uploads (``attack.sequence``), the
+re-initialised or a trained model: the attack job's uploads (``attack.protocol.sequence``), the
 engine's sum over them (stacked as one problem at a time), the phase's metrics on the 8
 reconstructed images, the target's figure, determinism and the errors of bad values."""
 
@@ -35,22 +35,25 @@ ITERATIONS = 100  # Inverting Gradients' signed Adam, lr 0.1, TV 1e-4 (the paper
 THETAS = ("reinitialised", "trained")
 
 
-def configuration(attack: dict | None = None, sweep: dict | None = None,
-                  attacks_: dict | None = None) -> dict:
+def configuration(sequence: dict | None = None, sweep: dict | None = None,
+                  attacks_: dict | None = None, known_labels: bool = True) -> dict:
     """Digits 8x8 on LeNet, 4 clients, one FL round; 2 victims of 8 images, labels known;
     the target ``figa3`` sweeps ``sweep`` (default: T in {1, 8} x both theta settings) and
     draws PSNR against its first swept value, a curve per theta where theta is swept."""
-    sweep = sweep or {"attack.sequence.steps": [1, 8], "attack.sequence.theta": list(THETAS)}
+    sweep = sweep or {"attack.protocol.sequence.steps": [1, 8],
+                      "attack.protocol.sequence.theta": list(THETAS)}
     figure = {"kind": "line", "x": cfg.sweep_column(next(iter(sweep))), "y": "psnr",
-              **({"hue": "theta"} if "attack.sequence.theta" in sweep else {})}
+              **({"hue": "theta"} if "attack.protocol.sequence.theta" in sweep else {})}
     return validate({
         "threads": 1, "device": "cpu",
         "datasets": {"digits": {"channels": 1, "size": 8}},
         "cases": [{"dataset": "digits", "model": "lenet", "partition": {"clients": 4}}],
         "fl": {"seeds": [0], "rounds": 1, "eval_every": 1, "client_batch_size": 8},
         "defenses": {"none": {"strengths": [0]}},
-        "attack": {"victims": 2, "batch_size": 8, "known_labels": True, "grid_victims": 2,
-                   "metrics": ["psnr", "ssim", "mse"], **(attack or {})},
+        "attack": {"victims": {"count": 2},
+                   "protocol": {"batch_size": 8, "sequence": sequence or {}},
+                   "attacker": {"known_labels": known_labels},
+                   "outputs": {"grid_victims": 2, "metrics": ["psnr", "ssim", "mse"]}},
         "attacks": attacks_ or {"inverting_gradients": {"iterations": ITERATIONS}},
         "targets": {"figa3": {
             "title": "GIAS Fig. A3(b): PSNR against the uploads T",
@@ -60,9 +63,9 @@ def configuration(attack: dict | None = None, sweep: dict | None = None,
 
 def setting(steps: int, theta: str = "trained", **more) -> Setting:
     """The planned setting of T = ``steps`` uploads (the configured theta is dropped)."""
-    overrides = {"attack.sequence.steps": steps, **more}
+    overrides = {"attack.protocol.sequence.steps": steps, **more}
     if theta != "trained":
-        overrides["attack.sequence.theta"] = theta
+        overrides["attack.protocol.sequence.theta"] = theta
     return Setting.of("none", 0, overrides)
 
 
@@ -93,11 +96,11 @@ def test_sweeps_plan_the_sequence_settings_on_one_fl_run(prepared):
     config, _ = prepared
     assert plan.fl_settings(config) == [(CASE, plan.NONE)]  # attack.* sweeps leave FL alone
     assert [s.text for s in plan.settings(config)] == [
-        "none-0~attack.sequence.steps=1",
-        "none-0~attack.sequence.steps=1~attack.sequence.theta=reinitialised",
-        "none-0~attack.sequence.steps=8",
-        "none-0~attack.sequence.steps=8~attack.sequence.theta=reinitialised"]
-    assert config["attack"]["sequence"] == {"steps": 0, "subset": 4, "theta": "trained"}
+        "none-0~attack.protocol.sequence.steps=1",
+        "none-0~attack.protocol.sequence.steps=1~attack.protocol.sequence.theta=reinitialised",
+        "none-0~attack.protocol.sequence.steps=8",
+        "none-0~attack.protocol.sequence.steps=8~attack.protocol.sequence.theta=reinitialised"]
+    assert config["attack"]["protocol"]["sequence"] == {"steps": 0, "subset": 4, "theta": "trained"}
 
 
 @pytest.mark.slow
@@ -171,30 +174,30 @@ def test_uploads_and_reconstructions_are_deterministic(prepared):
 
 def test_bad_values_fail_with_the_key_and_what_was_expected(prepared):
     config, results = prepared
-    with pytest.raises(cfg.ConfigError, match=r"'attack.sequence.subset': 9 images per upload, "
-                       r"but 'attack.batch_size' gives a victim 8 local images; expected at "
-                       r"most 8"):
-        configuration({"sequence": {"steps": 2, "subset": 9}})
-    with pytest.raises(cfg.ConfigError, match=r"'attack.known_labels': true .* got false"):
-        configuration({"known_labels": False, "sequence": {"steps": 2}})
-    with pytest.raises(cfg.ConfigError, match=r"attack.sequence.theta.*'reinitialized' is not "
-                       r"one of \['reinitialised', 'trained'\]"):
-        configuration({"sequence": {"steps": 2, "theta": "reinitialized"}})
-    with pytest.raises(cfg.ConfigError, match=r"attack.sequence.steps.*-1 is less than the "
-                       r"minimum of 0"):
-        configuration({"sequence": {"steps": -1}})
+    with pytest.raises(cfg.ConfigError, match=r"'attack.protocol.sequence.subset': 9 images per "
+                       r"upload, but 'attack.protocol.batch_size' gives a victim 8 local "
+                       r"images; expected at most 8"):
+        configuration({"steps": 2, "subset": 9})
+    with pytest.raises(cfg.ConfigError, match=r"'attack.attacker.known_labels': true .* got false"):
+        configuration({"steps": 2}, known_labels=False)
+    with pytest.raises(cfg.ConfigError, match=r"attack.protocol.sequence.theta.*'reinitialized' "
+                       r"is not one of \['reinitialised', 'trained'\]"):
+        configuration({"steps": 2, "theta": "reinitialized"})
+    with pytest.raises(cfg.ConfigError, match=r"attack.protocol.sequence.steps.*-1 is less than "
+                       r"the minimum of 0"):
+        configuration({"steps": -1})
     # a swept value is checked by the attack job before it makes any upload
-    swept = configuration(sweep={"attack.sequence.subset": [9]},
-                          attack={"sequence": {"steps": 2}})
-    s = Setting.of("none", 0, {"attack.sequence.subset": 9})
-    with pytest.raises(ValueError, match=r"'attack.sequence.subset': 9 images per upload"):
+    swept = configuration(sweep={"attack.protocol.sequence.subset": [9]},
+                          sequence={"steps": 2})
+    s = Setting.of("none", 0, {"attack.protocol.sequence.subset": 9})
+    with pytest.raises(ValueError, match=r"'attack.protocol.sequence.subset': 9 images per upload"):
         run_attacks(swept, results, CASE, s, 0)
     assert not paths.attack_metrics(results, CASE, s, 0).exists()
     refused = configuration(attacks_={"dlg": {"iterations": 2}},
-                            sweep={"attack.sequence.steps": [2]})
-    with pytest.raises(ValueError, match=r"'attack.sequence.steps': 2 uploads, but attack 'dlg' "
-                       r"cannot attack a sequence of uploads; expected attacks whose cost "
-                       r"sums over a sequence"):
+                            sweep={"attack.protocol.sequence.steps": [2]})
+    with pytest.raises(ValueError, match=r"'attack.protocol.sequence.steps': 2 uploads, but "
+                       r"attack 'dlg' cannot attack a sequence of uploads; expected attacks "
+                       r"whose cost sums over a sequence"):
         run_attacks(refused, results, CASE, setting(2), 0)
 
 

@@ -294,7 +294,7 @@ def test_a_configfile_replaces_the_embedded_default(tmp_path):
     proc = run([*SNAKEMAKE, "-n", "--configfile", "config/test.yaml"], root)
     resolved = json.loads((root / "results" / "config.resolved.json").read_text())
     assert sorted(resolved["defenses"]) == ["censor", "dp_gaussian", "none", "recupfl", "refiner"]
-    assert resolved["fl"]["rounds"] == 4 and resolved["attack"]["victims_by_attack"] == {}
+    assert resolved["fl"]["rounds"] == 4 and resolved["attack"]["victims"]["by_attack"] == {}
     assert "/pruning-" not in proc.stdout
     priorities = {}  # (rule, setting) -> priority, from the dry run's job blocks
     for block in proc.stdout.split("rule ")[1:]:

@@ -198,17 +198,20 @@ def test_victims_with_distinct_labels_and_the_best_image_of_each_batch(tmp_path)
     from fedleak.utils.io import write_json
 
     labels = np.repeat(np.arange(10), 30)
-    spec = {"victims": 12, "batch_size": 8, "distinct_labels": True, "stride": 0,
-            "victim_class": None}
+    spec = {"victims": {"count": 12, "distinct_labels": True, "stride": 0, "class": None},
+            "protocol": {"batch_size": 8}}
     batches = _victim_batches(labels, spec, np.random.default_rng(0))
     assert all(len(set(labels[b])) == 8 for b in batches)
     assert len(set(np.concatenate(batches))) == 96  # disjoint
     again = _victim_batches(labels, spec, np.random.default_rng(0))
     assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))
-    plain = _victim_batches(labels, {**spec, "distinct_labels": False}, np.random.default_rng(0))
+    plain = _victim_batches(labels, {**spec, "victims": {**spec["victims"],
+                                                         "distinct_labels": False}},
+                            np.random.default_rng(0))
     assert any(len(set(labels[b])) < 8 for b in plain)  # random batches repeat labels
     with pytest.raises(ValueError, match="batch_size 11 .* at least 11 classes; the data have 10"):
-        _victim_batches(labels, {**spec, "batch_size": 11}, np.random.default_rng(0))
+        _victim_batches(labels, {**spec, "protocol": {"batch_size": 11}},
+                        np.random.default_rng(0))
 
     victim = {"victim": 0, "label": [1, 2], "predicted_label": [1, 2], "iterations": 3,
               "wall_time": 0.1, "stop_reason": "budget", "psnr": 15.0,

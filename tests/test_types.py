@@ -17,8 +17,8 @@ from fedleak.types import Observation, Setting, Update
     (Setting.of("refiner", 0.1, {"beta": 0.5}), "refiner-0.1~beta=0.5"),
     (Setting.of("refiner", 0.1, {"iterations": 5, "beta": 2.0}),
      "refiner-0.1~beta=2.0~iterations=5"),
-    (Setting.of("none", 0, {"attacks.gias.variant": "z/w", "attack.round": 3}),
-     "none-0~attack.round=3~attacks.gias.variant=z%2Fw"),
+    (Setting.of("none", 0, {"attacks.gias.variant": "z/w", "attack.protocol.round": 3}),
+     "none-0~attack.protocol.round=3~attacks.gias.variant=z%2Fw"),
     (Setting.of("pruning", 0.9, {"mode": "weight_grad", "flag": True, "steps": [30, 15]}),
      "pruning-0.9~flag=true~mode=weight_grad~steps=[30,15]"),
 ])
@@ -49,10 +49,10 @@ def test_bad_or_non_canonical_text_is_refused(text):
 
 
 def test_label_and_parts():
-    s = Setting.of("refiner", 0.1, {"beta": 0.5, "attack.round": 2})
-    assert s.label == "refiner~attack.round=2~beta=0.5"
+    s = Setting.of("refiner", 0.1, {"beta": 0.5, "attack.protocol.round": 2})
+    assert s.label == "refiner~attack.protocol.round=2~beta=0.5"
     assert s.defense_params == {"beta": 0.5}
-    assert s.config_overrides == {"attack.round": 2}
+    assert s.config_overrides == {"attack.protocol.round": 2}
     assert s.without(("attack.",)) == Setting.of("refiner", 0.1, {"beta": 0.5})
     with pytest.raises(ValueError, match="finite"):
         Setting.of("x", math.nan)

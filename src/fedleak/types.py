@@ -327,7 +327,7 @@ class Setting:
     strength, plus overrides of the configuration.
 
     An override key without a dot is a parameter of the setting's defense (``beta``);
-    a dotted key is a configuration path (``fl.participation``, ``attack.round``,
+    a dotted key is a configuration path (``fl.participation``, ``attack.protocol.round``,
     ``attacks.idlg.stopper.threshold``). The canonical text, one path segment, is
     ``<defense>-<strength>`` followed by ``~<key>=<value>`` per override in key order,
     e.g. ``refiner-0.1~beta=0.5``; :meth:`parse` reads it back exactly.

@@ -574,7 +574,7 @@ def reconstruct_all(attack: Attack, observations: list[Observation],
         return []
     if snapshots and not attack.records_snapshots:
         raise ValueError(f"{type(attack).__name__} cannot record snapshots (they are one "
-                         f"stage's); expected attack.snapshots: [] for it")
+                         f"stage's); expected attack.outputs.snapshots: [] for it")
     if not attack.sequences and any(isinstance(o, ObservedSequence) for o in observations):
         raise ValueError(f"{type(attack).__name__} cannot attack a sequence of uploads (GIAS "
                          f"App. D); expected single uploads, or an attack whose cost sums over "

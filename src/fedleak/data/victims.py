@@ -1,15 +1,16 @@
 """Which images of a prepared split an attack's victims are (the ``attack:`` section).
 
-By default the victims are ``attack.victims`` disjoint batches of ``attack.batch_size``
-images drawn at random from the train split (``experiment.phases._victim_batches``). Two
-options choose them as CENSOR (Zhang et al., NDSS 2025) does:
+By default the victims are ``attack.victims.count`` disjoint batches of
+``attack.protocol.batch_size`` images drawn at random from the train split
+(``experiment.victims.victim_batches``). Two options choose them as CENSOR (Zhang et al.,
+NDSS 2025) does:
 
-- ``attack.split`` and ``attack.stride`` (§V-B: "for each attack, we perform the gradient
-  inversion on ten different images for every 1000-th image of ImageNet, FFHQ and CIFAR-10
-  validation set"): the images at positions 0, s, 2s, ... of the split (``test``: the
-  held-out images no FL client trains on), victim v's batch the B of them at positions
-  v B .. v B + B - 1 of that sequence.
-- ``attack.victim_class`` (§III, Observation 2, Fig. 3: "six different training instances
+- ``attack.victims.split`` and ``attack.victims.stride`` (§V-B: "for each attack, we
+  perform the gradient inversion on ten different images for every 1000-th image of
+  ImageNet, FFHQ and CIFAR-10 validation set"): the images at positions 0, s, 2s, ... of
+  the split (``test``: the held-out images no FL client trains on), victim v's batch the B
+  of them at positions v B .. v B + B - 1 of that sequence.
+- ``attack.victims.class`` (§III, Observation 2, Fig. 3: "six different training instances
   of the class bird"): only images of that class, at a stride or at random.
 
 :func:`problem` says, from a prepared dataset's per-split class counts (its manifest),
@@ -25,26 +26,33 @@ import numpy as np
 
 def pool(labels: np.ndarray, spec: Mapping) -> np.ndarray:
     """The positions in the split that victims may be: every image, or those of
-    ``victim_class``."""
-    if spec["victim_class"] is None:
+    ``victims.class``."""
+    if spec["victims"]["class"] is None:
         return np.arange(len(labels))
-    return np.flatnonzero(labels == spec["victim_class"])
+    return np.flatnonzero(labels == spec["victims"]["class"])
 
 
 def strided(labels: np.ndarray, spec: Mapping) -> list[np.ndarray]:
-    """``victims`` batches of ``batch_size`` positions: every ``stride``-th image of the pool
-    from its first, in order (CENSOR §V-B)."""
-    count, size, stride = spec["victims"], spec["batch_size"], spec["stride"]
+    """``victims.count`` batches of ``protocol.batch_size`` positions: every
+    ``victims.stride``-th image of the pool from its first, in order (CENSOR §V-B)."""
+    count, size, stride = _sizes(spec)
     chosen = pool(labels, spec)[np.arange(count * size) * stride]
     return [np.sort(chosen[v * size:(v + 1) * size]) for v in range(count)]
 
 
 def of_class(labels: np.ndarray, spec: Mapping, rng: np.random.Generator) -> list[np.ndarray]:
-    """``victims`` disjoint batches drawn at random from the images of ``victim_class``."""
-    count, size = spec["victims"], spec["batch_size"]
+    """``victims.count`` disjoint batches drawn at random from the images of
+    ``victims.class``."""
+    count, size, _ = _sizes(spec)
     eligible = pool(labels, spec)
     chosen = eligible[rng.choice(len(eligible), count * size, replace=False)]
     return [np.sort(chosen[v * size:(v + 1) * size]) for v in range(count)]
+
+
+def _sizes(spec: Mapping) -> tuple[int, int, int]:
+    """(victims, images per victim, stride) of an ``attack:`` section."""
+    return (spec["victims"]["count"], spec["protocol"]["batch_size"],
+            spec["victims"]["stride"])
 
 
 def _classes(counts: list[int]) -> str:
@@ -57,29 +65,30 @@ def problem(spec: Mapping, class_counts: Mapping[str, list[int]], dataset: str) 
     """Why the ``attack:`` section ``spec`` cannot draw its victims (and, with ``mixed``,
     the other client's batches) from a prepared dataset whose split -> per-class image
     counts are ``class_counts``; None when it can."""
-    count, size, stride = spec["victims"], spec["batch_size"], spec["stride"]
-    split, label = spec["split"], spec["victim_class"]
-    mixed = spec["mixed"]["batch_size"]
-    if stride and spec["distinct_labels"]:
-        return (f"'attack.stride' {stride} takes fixed images, but 'attack.distinct_labels' "
-                f"draws batches of different labels at random; expected one of them "
-                f"('attack.stride': 0 or 'attack.distinct_labels': false)")
-    if label is not None and spec["distinct_labels"] and size > 1:
-        return (f"'attack.victim_class' {label} gives every image of a batch one label, but "
-                f"'attack.distinct_labels' asks for {size} different labels; expected one of "
-                f"them")
-    if mixed and spec["sequence"]["steps"]:
-        return (f"'attack.mixed.batch_size' {mixed} (CENSOR Fig. 2: two clients' rounds) and "
-                f"'attack.sequence.steps' {spec['sequence']['steps']} (GIAS App. D) each make "
+    count, size, stride = _sizes(spec)
+    split, label = spec["victims"]["split"], spec["victims"]["class"]
+    mixed, steps = spec["protocol"]["mixed"]["batch_size"], spec["protocol"]["sequence"]["steps"]
+    if stride and spec["victims"]["distinct_labels"]:
+        return (f"'attack.victims.stride' {stride} takes fixed images, but "
+                f"'attack.victims.distinct_labels' draws batches of different labels at random; "
+                f"expected one of them ('attack.victims.stride': 0 or "
+                f"'attack.victims.distinct_labels': false)")
+    if label is not None and spec["victims"]["distinct_labels"] and size > 1:
+        return (f"'attack.victims.class' {label} gives every image of a batch one label, but "
+                f"'attack.victims.distinct_labels' asks for {size} different labels; expected "
+                f"one of them")
+    if mixed and steps:
+        return (f"'attack.protocol.mixed.batch_size' {mixed} (CENSOR Fig. 2: two clients' "
+                f"rounds) and 'attack.protocol.sequence.steps' {steps} (GIAS App. D) each make "
                 f"the victim's uploads; expected one of them")
     if split not in class_counts:
-        return (f"'attack.split' {split!r} is not a split of the prepared {dataset!r}; "
+        return (f"'attack.victims.split' {split!r} is not a split of the prepared {dataset!r}; "
                 f"expected one of {sorted(class_counts)}")
     counts = class_counts[split]
     where = f"the {split} split of {dataset!r}"
     if label is not None:
         if label >= len(counts) or not counts[label]:
-            return (f"'attack.victim_class' {label}: {where} has no image of class {label}; "
+            return (f"'attack.victims.class' {label}: {where} has no image of class {label}; "
                     f"expected one of its {_classes(counts)}")
         available, where = counts[label], f"{where} (class {label})"
     else:
@@ -87,17 +96,17 @@ def problem(spec: Mapping, class_counts: Mapping[str, list[int]], dataset: str) 
     wanted = count * size
     if stride and (wanted - 1) * stride + 1 > available:
         most = (available - 1) // max(wanted - 1, 1)
-        return (f"'attack.stride' {stride}: {count} victims x batch_size {size}, every "
+        return (f"'attack.victims.stride' {stride}: {count} victims x batch_size {size}, every "
                 f"{stride}th image, need {(wanted - 1) * stride + 1} images, but {where} holds "
                 f"{available}; expected a stride of at most {most} or fewer victims")
     if not stride and wanted > available:
-        return (f"'attack.victims' x 'attack.batch_size' = {count} x {size} = {wanted} distinct "
-                f"images, but {where} holds {available}; expected fewer victims or a smaller "
-                f"batch")
+        return (f"'attack.victims.count' x 'attack.protocol.batch_size' = {count} x {size} = "
+                f"{wanted} distinct images, but {where} holds {available}; expected fewer "
+                f"victims or a smaller batch")
     if mixed:
         others = sum(class_counts.get("train", [])) - (wanted if split == "train" else 0)
         if mixed > others:
-            return (f"'attack.mixed.batch_size' {mixed}: the other client's batch is drawn from "
-                    f"the train split of {dataset!r} without the victims' images, which holds "
-                    f"{others}; expected at most {others}")
+            return (f"'attack.protocol.mixed.batch_size' {mixed}: the other client's batch is "
+                    f"drawn from the train split of {dataset!r} without the victims' images, "
+                    f"which holds {others}; expected at most {others}")
     return None

@@ -33,6 +33,17 @@ from fedleak.data import datasets
 from fedleak.experiment import priors, victims
 
 SWEEPABLE = ("fl.", "attack.", "attacks.", "defenses.")
+# Where each key of the flat `attack:` section went when it was split by what its keys are
+# about (issue 44): which victims, the protocol observed, the attacker, the outputs.
+MOVED = {"victims": "victims.count", "victims_by_attack": "victims.by_attack",
+         "split": "victims.split", "stride": "victims.stride", "victim_class": "victims.class",
+         "distinct_labels": "victims.distinct_labels", "round": "protocol.round",
+         "batch_size": "protocol.batch_size", "mixed": "protocol.mixed",
+         "sequence": "protocol.sequence", "seeds": "attacker.seeds",
+         "known_labels": "attacker.known_labels", "adaptive": "attacker.adaptive",
+         "adaptive_samples": "attacker.adaptive_samples", "metrics": "outputs.metrics",
+         "grid_victims": "outputs.grid_victims", "traces": "outputs.traces",
+         "snapshots": "outputs.snapshots"}
 ROW_KEYS = ("case", "dataset", "model", "defense", "strength", "attack", "series", "seed",
             "adversary", "attribute", "round")  # the last three: attribute results
 
@@ -51,41 +62,82 @@ def validate(config: dict | None) -> dict:
     """A validated copy of ``config``: the schema's checks and defaults
     (``config.validate_schema``; with ``smoke`` set, its ``smoke_overrides`` merged in
     first), then the rules between its values, each attack's and defense's own included."""
+    _refuse_moved(config)
     config = validate_schema(config)
-    attack = config["attack"]
-    for label, count in attack["victims_by_attack"].items():
+    victims_, attacker = config["attack"]["victims"], config["attack"]["attacker"]
+    for label, count in victims_["by_attack"].items():
         if label not in config["attacks"]:
-            raise ConfigError(f"invalid config: 'attack.victims_by_attack.{label}': not a "
+            raise ConfigError(f"invalid config: 'attack.victims.by_attack.{label}': not a "
                               f"configured attack (expected one of {sorted(config['attacks'])})")
-        if count > attack["victims"]:
-            raise ConfigError(f"invalid config: 'attack.victims_by_attack.{label}' {count} is "
-                              f"more than 'attack.victims' {attack['victims']}")
+        if count > victims_["count"]:
+            raise ConfigError(f"invalid config: 'attack.victims.by_attack.{label}' {count} is "
+                              f"more than 'attack.victims.count' {victims_['count']}")
     wrappable = definition("attacks", "eot")["properties"]["wraps"]["enum"]
     wrapped = sorted(k for k in config["attacks"]
                      if registered_name(config, "attacks", k) in wrappable)
-    for i, label in enumerate(attack["adaptive"]):
+    for i, label in enumerate(attacker["adaptive"]):
         if label not in wrapped:
-            raise ConfigError(f"invalid config: 'attack.adaptive[{i}]': {label!r} is not a "
+            raise ConfigError(f"invalid config: 'attack.attacker.adaptive[{i}]': {label!r} is "
+                              f"not a "
                               f"configured attack label of {wrappable} (what the adaptive "
                               f"attacker, EOT, wraps); expected one of {wrapped}")
-    if attack["adaptive"] and attack["snapshots"]:
-        raise ConfigError(f"invalid config: 'attack.snapshots' {attack['snapshots']}: the "
-                          f"adaptive attacker ('attack.adaptive' {attack['adaptive']}, EOT) "
-                          f"records no snapshots; expected one of them empty")
+    snapshots = config["attack"]["outputs"]["snapshots"]
+    if attacker["adaptive"] and snapshots:
+        raise ConfigError(f"invalid config: 'attack.outputs.snapshots' {snapshots}: the "
+                          f"adaptive attacker ('attack.attacker.adaptive' "
+                          f"{attacker['adaptive']}, EOT) records no snapshots; expected one "
+                          f"of them empty")
     for i, label in enumerate(config["attribute"]["defenses"] or []):
         if label not in config["defenses"]:
             raise ConfigError(f"invalid config: 'attribute.defenses[{i}]': {label!r} is not a "
                               f"configured defense label (expected one of "
                               f"{sorted(config['defenses'])})")
-    missing = sorted(set(attack["seeds"]) - set(config["fl"]["seeds"]))
+    missing = sorted(set(attacker["seeds"]) - set(config["fl"]["seeds"]))
     if missing:
-        raise ConfigError(f"invalid config: 'attack.seeds' {missing} are not in 'fl.seeds' "
+        raise ConfigError(f"invalid config: 'attack.attacker.seeds' {missing} are not in "
+                          f"'fl.seeds' "
                           f"{config['fl']['seeds']} (attacks observe the FL run of their seed)")
     _validate_targets(config)
     _validate_combinations(config)
     _validate_classes(config)
     priors.check(config)
     return config
+
+
+def _moved(key: str, where: str) -> None:
+    """ConfigError naming the new path of ``attack.<key>`` from before the split."""
+    raise ConfigError(f"invalid config: '{where}': 'attack.{key}' is now "
+                      f"'attack.{MOVED[key]}' (the attack: section is split into victims, "
+                      f"protocol, attacker and outputs)")
+
+
+def _refuse_moved(config: Any) -> None:
+    """One line naming the new path of any key of the old flat ``attack:`` section, in the
+    section itself, its smoke override or a target's sweep (an old int ``victims`` too)."""
+    if not isinstance(config, Mapping):
+        return
+    smoke = config.get("smoke_overrides")
+    for where, section in (("attack", config.get("attack")),
+                           ("smoke_overrides.attack",
+                            smoke.get("attack") if isinstance(smoke, Mapping) else None)):
+        if not isinstance(section, Mapping):
+            continue
+        for key, value in section.items():
+            if key in MOVED and not (key == "victims" and isinstance(value, Mapping)):
+                _moved(key, f"{where}.{key}")
+    for root, owner in (("targets", config), ("smoke_overrides.targets", smoke)):
+        targets = owner.get("targets") if isinstance(owner, Mapping) else None
+        for name, target in (targets or {}).items() if isinstance(targets, Mapping) else ():
+            selections = target.get("select") if isinstance(target, Mapping) else None
+            for i, selection in enumerate(selections if isinstance(selections, list) else []):
+                for kind in ("sweep", "paired"):
+                    paths = selection.get(kind) if isinstance(selection, Mapping) else None
+                    for path in paths if isinstance(paths, Mapping) else ():
+                        head, _, rest = str(path).partition(".")
+                        key = rest.split(".")[0]
+                        if head == "attack" and key in MOVED and not (
+                                key == "victims" and "." in rest):
+                            _moved(key, f"{root}.{name}.select[{i}].{kind}.{path}")
 
 
 def _check_sweep_value(config: dict, key: str, value: Any, where: str) -> None:
@@ -233,7 +285,7 @@ def _validate_combinations(config: dict) -> None:
         if fractions and not any(v > 0 for v in fractions.values()):
             raise ConfigError(f"invalid config: 'datasets.{name}.splits': every fraction is 0 "
                               f"({fractions}); expected some > 0")
-    for key in ("fl.seeds", "attack.seeds"):
+    for key in ("fl.seeds", "attack.attacker.seeds"):
         values = get_path(config, key)
         if len(set(values)) != len(values):
             raise ConfigError(f"invalid config: '{key}': {values} repeats a seed; expected "
@@ -265,28 +317,29 @@ def _validate_combinations(config: dict) -> None:
                               f"{part['clients']} clients, but the train split of "
                               f"{case['dataset']!r} holds at most {capacity} images; expected "
                               f"at most {capacity}")
-        attack = config["attack"]
-        wanted = attack["victims"] * attack["batch_size"]
-        room = split_capacity(config, case["dataset"], attack["split"])
-        if config["attacks"] and room is not None and not attack["stride"] and wanted > room:
-            raise ConfigError(f"invalid config: 'attack.victims' x 'attack.batch_size' = "
-                              f"{attack['victims']} x {attack['batch_size']} = {wanted} distinct "
-                              f"images, but the {attack['split']} split of {case['dataset']!r} "
+        chosen, size = config["attack"]["victims"], config["attack"]["protocol"]["batch_size"]
+        count, split, stride = chosen["count"], chosen["split"], chosen["stride"]
+        wanted = count * size
+        room = split_capacity(config, case["dataset"], split)
+        if config["attacks"] and room is not None and not stride and wanted > room:
+            raise ConfigError(f"invalid config: 'attack.victims.count' x "
+                              f"'attack.protocol.batch_size' = {count} x {size} = {wanted} "
+                              f"distinct images, but the {split} split of {case['dataset']!r} "
                               f"holds at most {room}; expected fewer victims or a smaller batch")
-        needed = (wanted - 1) * attack["stride"] + 1  # CENSOR §V-B: every stride-th image
-        if config["attacks"] and room is not None and attack["stride"] and needed > room:
-            raise ConfigError(f"invalid config: 'attack.stride' {attack['stride']}: "
-                              f"{attack['victims']} victims x batch_size {attack['batch_size']}, "
-                              f"every {attack['stride']}th image, need {needed} images, but the "
-                              f"{attack['split']} split of {case['dataset']!r} holds at most "
-                              f"{room}; expected a smaller stride or fewer victims")
+        needed = (wanted - 1) * stride + 1  # CENSOR §V-B: every stride-th image
+        if config["attacks"] and room is not None and stride and needed > room:
+            raise ConfigError(f"invalid config: 'attack.victims.stride' {stride}: {count} "
+                              f"victims x batch_size {size}, every {stride}th image, need "
+                              f"{needed} images, but the {split} split of {case['dataset']!r} "
+                              f"holds at most {room}; expected a smaller stride or fewer victims")
     if problem := victims.sequence_problem(config["attack"]):
         raise ConfigError(f"invalid config: {problem}")
-    mixed = config["attack"]["mixed"]["batch_size"]  # CENSOR Fig. 2: the job trains its rounds
-    if config["attack"]["round"] > config["fl"]["rounds"] and not mixed:
-        raise ConfigError(f"invalid config: 'attack.round': {config['attack']['round']} is after "
-                          f"the last FL round ('fl.rounds' {config['fl']['rounds']}); expected "
-                          f"0..{config['fl']['rounds']}")
+    protocol = config["attack"]["protocol"]
+    mixed = protocol["mixed"]["batch_size"]  # CENSOR Fig. 2: the job trains its rounds
+    if protocol["round"] > config["fl"]["rounds"] and not mixed:
+        raise ConfigError(f"invalid config: 'attack.protocol.round': {protocol['round']} is "
+                          f"after the last FL round ('fl.rounds' {config['fl']['rounds']}); "
+                          f"expected 0..{config['fl']['rounds']}")
     giml = config["giml"]
     late = [s for s in giml["checkpoints"] if s > giml["outer_steps"]]
     if late:

@@ -75,7 +75,7 @@ def target_inputs(config: dict, results: Path, name: str) -> TargetInputs:
                                                   plan.fl_setting(point.setting), seed),
                                  ["history"])
             history += [{**keys, **entry} for entry in record["history"]]
-        for seed in config["attack"]["seeds"]:
+        for seed in config["attack"]["attacker"]["seeds"]:
             if not point.attacks:
                 continue
             keys = _keys(config, point, seed)

@@ -315,13 +315,14 @@ def attack_of(config: dict, label: str) -> tuple[str, dict]:
 
 def victims(config: dict, label: str) -> int:
     """How many of a setting's victims the attack ``label`` reconstructs."""
-    return config["attack"]["victims_by_attack"].get(label, config["attack"]["victims"])
+    return config["attack"]["victims"]["by_attack"].get(label, config["attack"]["victims"]["count"])
 
 
 def saved_round(attack: dict) -> int:
-    """The FL round whose saved model an attack job loads: ``attack.round``, or 0 with
-    ``attack.mixed`` (the job trains the victim's own rounds from there, CENSOR Fig. 2)."""
-    return 0 if attack["mixed"]["batch_size"] else attack["round"]
+    """The FL round whose saved model an attack job loads: ``attack.protocol.round``, or 0 with
+    ``attack.protocol.mixed`` (the job trains the victim's own rounds from there, CENSOR Fig. 2)."""
+    protocol = attack["protocol"]
+    return 0 if protocol["mixed"]["batch_size"] else protocol["round"]
 
 
 def checkpoint_rounds(config: dict) -> list[int]:
@@ -330,7 +331,7 @@ def checkpoint_rounds(config: dict) -> list[int]:
     rounds = {saved_round(resolve(config, s)["attack"]) for (_, s) in attack_jobs(config)}
     if attribute_jobs(config):
         rounds |= set(config["attribute"]["rounds"])
-    return sorted(rounds or {config["attack"]["round"]})
+    return sorted(rounds or {config["attack"]["protocol"]["round"]})
 
 
 def check_seed(seed: int, seeds: list[int], key: str) -> None:

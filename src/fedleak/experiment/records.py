@@ -22,7 +22,7 @@ def victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstru
                    wanted: list[str], evalnet: torch.nn.Module | None, attacker: str
                    ) -> tuple[dict, torch.Tensor]:
     """One victim's metrics (batch means, and per image for batches of more than one), by
-    the ``attacker`` (``paper``, or ``adaptive``: ``attack.adaptive``).
+    the ``attacker`` (``paper``, or ``adaptive``: ``attack.attacker.adaptive``).
 
     ``failure`` says why a victim's numbers are not a reconstruction's: a defended upload
     with NaN/inf values, a reconstruction with NaN/inf pixels (its image metrics are NaN,
@@ -75,17 +75,17 @@ def victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstru
 def save_details(out: Path, label: str, recs: list[attacks.Reconstruction], truths: list,
                   matched: list[torch.Tensor], spec: dict) -> None:
     """The reconstruction grid, and the snapshots and loss traces when asked for."""
-    shown = min(spec["grid_victims"], len(recs))
+    shown = min(spec["outputs"]["grid_victims"], len(recs))
     truth_images = torch.cat([t[1] for t in truths[:shown]])
     save_image_grid(torch.cat([truth_images, torch.cat(matched[:shown])]),
                     out / f"recon_{label}.png", nrow=len(truth_images))
-    if spec["snapshots"]:  # (victims, snapshots + the truth, batch, C, H, W), uint8
+    if spec["outputs"]["snapshots"]:  # (victims, snapshots + the truth, batch, C, H, W), uint8
         frames = np.stack([np.stack([*(metrics.match(torch.nan_to_num(rec.snapshots[t]),
                                                      truth[1]).numpy()
-                                       for t in spec["snapshots"]), truth[1].numpy()])
+                                       for t in spec["outputs"]["snapshots"]), truth[1].numpy()])
                            for rec, truth in zip(recs, truths)])
         save_npy(out / f"snapshots_{label}.npy", (frames * 255).round().astype(np.uint8))
-    if spec["traces"]:
+    if spec["outputs"]["traces"]:
         write_json(out / f"traces_{label}.json", [rec.loss_trace for rec in recs])
 
 

@@ -1,10 +1,10 @@
 """The victims of an attack job: which images they are (disjoint random batches, B
-different labels each with ``attack.distinct_labels``, CENSOR's every 1,000th validation
+different labels each with ``attack.victims.distinct_labels``, CENSOR's every 1,000th validation
 image or victims of one class as ``data.victims`` draws them) and what the attacker
 observes of each, their uploads made as FL clients make theirs (``fl.client_update``:
-local steps, then the defense). With ``attack.mixed`` a victim's model is the attacked
+local steps, then the defense). With ``attack.protocol.mixed`` a victim's model is the attacked
 round's after the victim's and another client's rounds (``fl.mixed``, CENSOR Fig. 2); with
-``attack.sequence`` a victim is seen through several uploads (GIAS App. D)."""
+``attack.protocol.sequence`` a victim is seen through several uploads (GIAS App. D)."""
 
 from __future__ import annotations
 
@@ -28,29 +28,31 @@ from fedleak.utils.seeding import derived_seed
 
 def victim_batches(labels: np.ndarray, spec: dict, rng: np.random.Generator
                     ) -> list[np.ndarray]:
-    """``attack.victims`` disjoint batches of ``attack.batch_size`` indices of the victims'
-    split (``attack.split``), sorted; with ``distinct_labels`` each batch's labels differ
-    (drawn without replacement per class, the classes of a batch drawn at random); with
-    ``stride`` or ``victim_class`` the images ``data.victims`` names (CENSOR §V-B, Fig. 3)."""
-    count, size = spec["victims"], spec["batch_size"]
-    if spec["stride"]:
+    """``attack.victims.count`` disjoint batches of ``attack.protocol.batch_size`` indices
+    of the victims' split (``attack.victims.split``), sorted; with ``distinct_labels`` each
+    batch's labels differ (drawn without replacement per class, the classes of a batch drawn
+    at random); with ``stride`` or ``class`` the images ``data.victims`` names (CENSOR
+    §V-B, Fig. 3)."""
+    count, size = spec["victims"]["count"], spec["protocol"]["batch_size"]
+    if spec["victims"]["stride"]:
         return victim_images.strided(labels, spec)
-    if spec["victim_class"] is not None:
+    if spec["victims"]["class"] is not None:
         return victim_images.of_class(labels, spec, rng)
-    if not spec["distinct_labels"]:
+    if not spec["victims"]["distinct_labels"]:
         chosen = rng.choice(len(labels), count * size, replace=False)
         return [np.sort(chosen[v * size:(v + 1) * size]) for v in range(count)]
     classes = np.unique(labels)
     if size > len(classes):
-        raise ValueError(f"attack.batch_size {size} with attack.distinct_labels needs at least "
-                         f"{size} classes; the data have {len(classes)}")
+        raise ValueError(f"attack.protocol.batch_size {size} with "
+                         f"attack.victims.distinct_labels needs at least {size} classes; the "
+                         f"data have {len(classes)}")
     pools = {c: list(rng.permutation(np.flatnonzero(labels == c))) for c in classes}
     batches = []
     for v in range(count):
         left = [c for c in classes if pools[c]]
         if len(left) < size:
-            raise ValueError(f"attack.victims {count} x batch_size {size} with distinct labels "
-                             f"exhausts the training split after {v} victims")
+            raise ValueError(f"attack.victims.count {count} x batch_size {size} with distinct "
+                             f"labels exhausts the training split after {v} victims")
         picked = rng.choice(left, size, replace=False)
         batches.append(np.sort([pools[c].pop() for c in picked]))
     return batches
@@ -58,16 +60,17 @@ def victim_batches(labels: np.ndarray, spec: dict, rng: np.random.Generator
 
 def observations(job: Job, model: torch.nn.Module, train: data.ImageData,
                  defense: defenses.Defense, seeds: dict) -> tuple[list, list]:
-    """The observations (defended uploads) of ``attack.victims`` client batches, and the
+    """The observations (defended uploads) of ``attack.victims.count`` client batches, and the
     truths. Each victim's upload is made as FL clients make theirs (``fl.local_steps``
     SGD steps on its batch, then the defense); the attacks match one gradient step. With
-    ``attack.mixed`` each victim's model is its own: the round-0 model after
-    ``attack.round`` rounds of the victim and another client (CENSOR Fig. 2)."""
+    ``attack.protocol.mixed`` each victim's model is its own: the round-0 model after
+    ``attack.protocol.round`` rounds of the victim and another client (CENSOR Fig. 2)."""
     spec, fl = job.resolved["attack"], job.resolved["fl"]
     device = next(model.parameters()).device
     source = split_data(job, train)
     batches = victim_batches(source.y.numpy(), spec, np.random.default_rng(seeds["victims"]))
-    taken = np.concatenate(batches) if spec["split"] == "train" else np.zeros(0, np.int64)
+    taken = (np.concatenate(batches) if spec["victims"]["split"] == "train"
+             else np.zeros(0, np.int64))
     observed, truths = [], []
     for v, batch in enumerate(batches):
         idx = torch.from_numpy(batch)
@@ -76,13 +79,13 @@ def observations(job: Job, model: torch.nn.Module, train: data.ImageData,
         batch = (x, y, {a: values[idx] for a, values in source.attributes.items()}) \
             if source.attributes else (x, y)
         attacked = (mixed_model(job, model, train, batch, taken, defense, seeds, v)
-                    if spec["mixed"]["batch_size"] else model)
+                    if spec["protocol"]["mixed"]["batch_size"] else model)
         upload = client_update(attacked, lambda _step, b=batch: b, fl["local_steps"],
                                fl["local_lr"], defense,
                                torch.Generator().manual_seed(seeds["defense"] + v))
         observed.append(Observation(
             model=attacked, gradient=upload, batch_size=len(idx),
-            labels=y if spec["known_labels"] else None,
+            labels=y if spec["attacker"]["known_labels"] else None,
             bn_statistics=batch_statistics(attacked, x) or None))  # BN_exact: the client's
         truths.append((idx, x.cpu(), y.cpu()))
     return observed, truths
@@ -91,17 +94,19 @@ def observations(job: Job, model: torch.nn.Module, train: data.ImageData,
 def sequence_observations(job: Job, model: torch.nn.Module, train: data.ImageData,
                           defense: defenses.Defense, seeds: dict) -> tuple[list, list]:
     """GIAS App. D, Fig. A3: the victims' batches of :func:`observations`, each now a
-    client's local dataset of ``attack.batch_size`` images seen through ``attack.sequence.steps``
-    uploads (an ``ObservedSequence``), and the truths (the whole batches). Upload t is of a
-    random subset S_t of ``attack.sequence.subset`` images (seeded per victim) under
+    client's local dataset of ``attack.protocol.batch_size`` images seen through
+    ``attack.protocol.sequence.steps`` uploads (an ``ObservedSequence``), and the truths
+    (the whole batches). Upload t is of a random subset S_t of
+    ``attack.protocol.sequence.subset`` images (seeded per victim) under
     theta_t, made as FL clients make theirs (``fl.client_update``: local steps, then the
     defense). theta_1 is the attacked round's model; then ``reinitialised``: a fresh
     initialisation of the case's model seeded per step, the same for every victim;
     ``trained``: the victim's theta_{t-1} after its own ``fl.local_steps`` SGD steps at
     ``fl.local_lr`` on S_{t-1} (the clean gradient: the defense changes only uploads)."""
     spec, fl = job.resolved["attack"], job.resolved["fl"]
-    train = split_data(job, train)  # the victims' split (attack.split)
-    steps, size, theta_mode = (spec["sequence"][k] for k in ("steps", "subset", "theta"))
+    train = split_data(job, train)  # the victims' split (attack.victims.split)
+    sequence = spec["protocol"]["sequence"]
+    steps, size, theta_mode = (sequence[k] for k in ("steps", "subset", "theta"))
     device = next(model.parameters()).device
     batches = victim_batches(train.y.numpy(), spec, np.random.default_rng(seeds["victims"]))
     fresh = [model]
@@ -148,25 +153,25 @@ def sequence_observations(job: Job, model: torch.nn.Module, train: data.ImageDat
 
 
 def split_data(job: Job, train: data.ImageData) -> data.ImageData:
-    """The prepared split the job's victims are drawn from (``attack.split``)."""
-    split = job.resolved["attack"]["split"]
+    """The prepared split the job's victims are drawn from (``attack.victims.split``)."""
+    split = job.resolved["attack"]["victims"]["split"]
     return train if split == "train" else data.load_prepared(job.data_dir, split)
 
 
 def mixed_model(job: Job, model: nn.Module, train: data.ImageData, victim: tuple,
                 taken: np.ndarray, defense, seeds: dict, v: int) -> nn.Module:
-    """Victim ``v``'s model at ``attack.round`` with ``attack.mixed``: the round-0 model
-    after that many rounds of the victim (its batch ``victim``) and another client whose
-    batches of ``attack.mixed.batch_size`` are drawn afresh each round and local step
-    (seeded by victim, round and step) from the train images outside ``taken`` (the
-    victims' own, when they are training images)."""
+    """Victim ``v``'s model at ``attack.protocol.round`` with ``attack.protocol.mixed``: the
+    round-0 model after that many rounds of the victim (its batch ``victim``) and another
+    client whose batches of ``attack.protocol.mixed.batch_size`` are drawn afresh each round
+    and local step (seeded by victim, round and step) from the train images outside
+    ``taken`` (the victims' own, when they are training images)."""
     spec, fl = job.resolved["attack"], job.resolved["fl"]
-    rounds = spec["round"]
+    rounds = spec["protocol"]["round"]
     if not rounds:
         return model
     device = next(model.parameters()).device
     others = np.setdiff1d(np.arange(len(train)), taken)
-    size = spec["mixed"]["batch_size"]
+    size = spec["protocol"]["mixed"]["batch_size"]
 
     def other(r: int, step: int) -> tuple:
         rng = np.random.default_rng(derived_seed(seeds["victims"], 2, v, r, step))
@@ -185,15 +190,15 @@ def mixed_model(job: Job, model: nn.Module, train: data.ImageData, victim: tuple
 def sequence_problem(attack: Mapping) -> str | None:
     """Why an ``attack:`` section's ``sequence`` (GIAS App. D) cannot run, naming the keys;
     None when it can or is off (``steps`` 0)."""
-    sequence = attack["sequence"]
+    sequence, size = attack["protocol"]["sequence"], attack["protocol"]["batch_size"]
     if not sequence["steps"]:
         return None
-    if sequence["subset"] > attack["batch_size"]:
-        return (f"'attack.sequence.subset': {sequence['subset']} images per upload, but "
-                f"'attack.batch_size' gives a victim {attack['batch_size']} local images; "
-                f"expected at most {attack['batch_size']}")
-    if not attack["known_labels"]:
-        return (f"'attack.sequence.steps': {sequence['steps']} uploads need "
-                f"'attack.known_labels': true (GIAS App. D: the attacker matches each upload "
-                f"to its images); got false")
+    if sequence["subset"] > size:
+        return (f"'attack.protocol.sequence.subset': {sequence['subset']} images per upload, "
+                f"but 'attack.protocol.batch_size' gives a victim {size} local images; "
+                f"expected at most {size}")
+    if not attack["attacker"]["known_labels"]:
+        return (f"'attack.protocol.sequence.steps': {sequence['steps']} uploads need "
+                f"'attack.attacker.known_labels': true (GIAS App. D: the attacker matches each "
+                f"upload to its images); got false")
     return None

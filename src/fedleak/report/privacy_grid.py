@@ -13,7 +13,7 @@ similarity of the truth blended with noise at that ratio: a reconstruction is re
 while it is more similar to its truth than the truth's own 0.6 noise blend is. The line of
 a row falls before the first strength (weakest first, by the defense's ``stronger``
 direction) whose reconstructions are not, over every image of the attack job's
-reconstruction grid (``attack.grid_victims`` victims, the first seed); the cell shows the
+reconstruction grid (``attack.outputs.grid_victims`` victims, the first seed); the cell shows the
 first. One row per defense label (per case and attack when the target holds several),
 one column per strength, the truth first: the paper's strengths run down its columns and
 its lines are horizontal, ours run along the rows and the line is vertical.

@@ -23,7 +23,7 @@ BEST_IN_BATCH = {"psnr": np.max, "ssim": np.max, "mse": np.min, "lpips": np.min,
 # weights, uploads or pixels); such NaNs are never averaged: means skip them, `failed` counts
 UTILITY_COLUMNS = ["case", "defense", "strength", "seed", "final_accuracy", "test_loss",
                    "fallback_rate", "pmm", "failure"]
-# `attacker`: `paper`, or `adaptive` (attack.adaptive: EOT through the defense, issue 33)
+# `attacker`: `paper`, or `adaptive` (attack.attacker.adaptive: EOT through the defense, issue 33)
 PRIVACY_COLUMNS = [
     "case", "defense", "strength", "attack", "attacker", "seed", "victim", "label_correct",
     *VICTIM_METRICS, "fallback", "stop_reason", "failure",
@@ -39,7 +39,7 @@ EVALNET_COLUMNS = ["dataset", "ratio", "prediction", "increasing", "monotonic"]
 FL_KEYS = ["case", "setting", "defense", "strength", "seed", "history", "final_accuracy"]
 ATTACK_KEYS = ["case", "setting", "defense", "strength", "seed", "runs"]
 VICTIM_KEYS = ["victim", "label", "predicted_label", "iterations", "wall_time", "stop_reason"]
-# per victim, where its victims are of one class (attack.victim_class, CENSOR Fig. 3)
+# per victim, where its victims are of one class (attack.victims.class, CENSOR Fig. 3)
 LIKENESS = ("pairwise_ssim", "truth_pairwise_ssim")
 SUCCESS_SSIM = 0.9  # EPAFL §5.2: a reconstruction succeeds when its SSIM is above 0.9
 

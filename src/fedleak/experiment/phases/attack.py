@@ -1,6 +1,6 @@
 """Phase ``attack``: one job per (case, setting, seed) runs the job's attack labels, each
 against the same defended uploads of its victims (``experiment.victims``), with the
-adaptive attacker of a label in ``attack.adaptive`` (EOT through the setting's defense,
+adaptive attacker of a label in ``attack.attacker.adaptive`` (EOT through the setting's defense,
 issue 33) on the same victims; metrics per victim (``experiment.records``).
 
 Declares the artifacts only attacks load: the generator prior (``gan``: the pipeline's
@@ -100,16 +100,16 @@ def attack_iterations(name: str, params: dict) -> int:
 def attack_work(config: dict, labels: Iterable[str], deterministic: bool = False) -> Counter:
     """Gradient-matching iterations of one attack job (one seed), by the optimiser that runs
     them (``adam`` or ``lbfgs``): per label, victims x restarts x iterations, x the uploads
-    of a sequence victim; a label in ``attack.adaptive`` once more for its adaptive
-    attacker, x ``attack.adaptive_samples`` draws of the defense (one of a
+    of a sequence victim; a label in ``attack.attacker.adaptive`` once more for its adaptive
+    attacker, x ``attack.attacker.adaptive_samples`` draws of the defense (one of a
     ``deterministic`` one)."""
-    uploads = max(1, config["attack"]["sequence"]["steps"])
-    draws = 1 if deterministic else config["attack"]["adaptive_samples"]
+    uploads = max(1, config["attack"]["protocol"]["sequence"]["steps"])
+    draws = 1 if deterministic else config["attack"]["attacker"]["adaptive_samples"]
     work: Counter = Counter()
     for label in labels:
         name, params = plan.attack_of(config, label)
         restarts = cfg.resolve("attacks", name, params).get("restarts", 1)
-        runs = 1 + (draws if label in config["attack"]["adaptive"] else 0)
+        runs = 1 + (draws if label in config["attack"]["attacker"]["adaptive"] else 0)
         work[attacks.base.registered(name).optimizer] += plan.victims(config, label) \
             * restarts * attack_iterations(name, params) * uploads * runs
     return work
@@ -125,7 +125,7 @@ def needed(job: Job) -> list[str]:
     """Every artifact the job loads: its defense's, its attacks' and, for the noise-ratio
     metric, the evaluation network."""
     found = set(artifacts.defense_needs(job).values())
-    if "noise_ratio" in job.resolved["attack"]["metrics"]:
+    if "noise_ratio" in job.resolved["attack"]["outputs"]["metrics"]:
         found.add("evalnet")
     for label in job.attacks:
         found |= set(attack_needs(job, label).values())
@@ -145,26 +145,27 @@ def build_attack(job: Job, label: str, model: torch.nn.Module, defense: defenses
 
 def build_adaptive(job: Job, label: str, model: torch.nn.Module, defense: defenses.Defense,
                    seed: int) -> attacks.base.Attack:
-    """The adaptive attacker of ``label`` (``attack.adaptive``, issue 33): EOT wrapping the
+    """The adaptive attacker of ``label`` (``attack.attacker.adaptive``, issue 33): EOT wrapping the
     label's attack and parameters, its trial gradients through ``defense``'s adaptive
-    transformation, ``attack.adaptive_samples`` draws of a random defense per step."""
+    transformation, ``attack.attacker.adaptive_samples`` draws of a random defense per step."""
     name, params = plan.attack_of(job.resolved, label)
     loaded = artifacts.loaded({k: v for k, v in attack_needs(job, label).items()
                                if v != "defense"}, job, model)
     return attacks.build("eot", seed=seed, wraps=name, wraps_params=params,
-                         samples=job.resolved["attack"]["adaptive_samples"], defense=defense,
-                         **loaded)
+                         samples=job.resolved["attack"]["attacker"]["adaptive_samples"],
+                         defense=defense, **loaded)
 
 
 def _check_sequence(spec: dict, built: dict) -> None:
-    """ValueError, before any victim is made, unless ``attack.sequence`` can run: its
+    """ValueError, before any victim is made, unless ``attack.protocol.sequence`` can run: its
     values together (``victims.sequence_problem``) and every attack's cost sums over a
     sequence (``Attack.sequences``)."""
     if found := victims.sequence_problem(spec):
         raise ValueError(found)
     refused = [label for label, attack in built.items() if not attack.sequences]
-    if spec["sequence"]["steps"] and refused:
-        raise ValueError(f"'attack.sequence.steps': {spec['sequence']['steps']} uploads, but "
+    steps = spec["protocol"]["sequence"]["steps"]
+    if steps and refused:
+        raise ValueError(f"'attack.protocol.sequence.steps': {steps} uploads, but "
                          f"attack {refused[0]!r} cannot attack a sequence of uploads; expected "
                          f"attacks whose cost sums over a sequence (inverting_gradients, gias "
                          f"with sparsity 0, giml)")
@@ -173,7 +174,7 @@ def _check_sequence(spec: dict, built: dict) -> None:
 def _attackers(labels: Iterable[str], built: dict, adaptive: dict
                ) -> list[tuple[str, str, attacks.base.Attack]]:
     """(label, attacker, attack) in the order they run: each label's paper attack, then its
-    adaptive attacker where ``attack.adaptive`` names it."""
+    adaptive attacker where ``attack.attacker.adaptive`` names it."""
     return [(label, attacker, attack) for label in labels
             for attacker, attack in ((PAPER, built[label]), (ADAPTIVE, adaptive.get(label)))
             if attack is not None]
@@ -183,12 +184,13 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
     """The job's attacks, each against the same defended uploads of one setting."""
     job = Job(config, results, case, setting, seed)
     plan.check_planned(plan.jobs(config), case, setting, "attack job")
-    plan.check_seed(seed, config["attack"]["seeds"], "attack.seeds")
+    plan.check_seed(seed, config["attack"]["attacker"]["seeds"], "attack.attacker.seeds")
     labels = job.attacks
     if not labels:
         raise ValueError(f"setting {setting.text!r} of case {case!r} is planned for FL only; "
                          f"no attack runs on it")
     spec = job.resolved["attack"]
+    outputs = spec["outputs"]
     counts = class_counts(results, job.dataset)  # None: not prepared (loading names it)
     if counts is not None and (why := problem(spec, counts, job.dataset)):
         raise ValueError(why)
@@ -200,11 +202,11 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
     defense = artifacts.build_defense(job, model)
     built = {label: build_attack(job, label, model, defense, seeds["attack"]) for label in labels}
     adaptive = {label: build_adaptive(job, label, model, defense, seeds["attack"])
-                for label in labels if label in spec["adaptive"]}
+                for label in labels if label in spec["attacker"]["adaptive"]}
     _check_sequence(spec, {**built, **{f"{k} (adaptive)": a for k, a in adaptive.items()}})
     evalnet = (artifacts.loaded({"metric": "evalnet"}, job, None)["metric"]
-               if "noise_ratio" in spec["metrics"] else None)
-    observe = victims.sequence_observations if spec["sequence"]["steps"] \
+               if "noise_ratio" in outputs["metrics"] else None)
+    observe = victims.sequence_observations if spec["protocol"]["sequence"]["steps"] \
         else victims.observations
     observations, truths = observe(job, model, train, defense, seeds)
     out = paths.attack_dir(results, case, setting, seed)
@@ -212,16 +214,16 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
     for label, attacker, attack in _attackers(labels, built, adaptive):
         count = plan.victims(job.resolved, label)
         try:
-            recs = attacks.reconstruct_all(attack, observations[:count], spec["snapshots"],
+            recs = attacks.reconstruct_all(attack, observations[:count], outputs["snapshots"],
                                            progress=f"{label} ({attacker}) vs {setting}")
         except (ArithmeticError, torch.linalg.LinAlgError) as err:  # numerical breakdown
             recs = [records.failed(obs, f"failed: {type(err).__name__}: {err}",
-                                   spec["snapshots"]) for obs in observations[:count]]
-        kept, matched = zip(*(records.victim_record(v, truth, obs, rec, spec["metrics"],
+                                   outputs["snapshots"]) for obs in observations[:count]]
+        kept, matched = zip(*(records.victim_record(v, truth, obs, rec, outputs["metrics"],
                                                     evalnet, attacker)
                               for v, (truth, obs, rec)
                               in enumerate(zip(truths, observations, recs))))
-        if spec["victim_class"] is not None:  # CENSOR Fig. 3: are they alike?
+        if spec["victims"]["class"] is not None:  # CENSOR Fig. 3: are they alike?
             records.add_likeness(list(kept), list(matched), truths[:len(kept)])
         records.save_details(paths.attack_details(results, case, setting, seed),
                              label if attacker == PAPER else f"{label}.adaptive", recs, truths,
@@ -234,16 +236,16 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
             run["adaptive"] = {"attack": "eot", "samples": attack.draws,
                                "defense": attack.defense.name}
         summary = ", ".join(f"{m} {records.finite_mean([r[m] for r in kept]):.4g}"
-                            for m in spec["metrics"][:2])
+                            for m in outputs["metrics"][:2])
         broken = [f"victim {r['victim']}: {r['failure']}" for r in kept if r["failure"]]
         print(f"{label} ({attacker}) vs {setting}: {summary} over {count} victims"
               + (f"; {len(broken)} failed ({'; '.join(broken)})" if broken else ""),
               file=sys.stderr)
     write_json(out / "metrics.json", {
         "case": case, "setting": setting.text, "defense": setting.label,
-        "strength": setting.strength, "seed": seed, "round": spec["round"], "runs": runs,
-        "snapshots": spec["snapshots"],
-        "lpips_unavailable": (metrics.lpips_unavailable_reason() if "lpips" in spec["metrics"]
+        "strength": setting.strength, "seed": seed, "round": spec["protocol"]["round"],
+        "runs": runs, "snapshots": outputs["snapshots"],
+        "lpips_unavailable": (metrics.lpips_unavailable_reason() if "lpips" in outputs["metrics"]
                               else None),
     })
 
@@ -273,7 +275,7 @@ def _work(config: dict, results: Path, job: dict) -> dict[str, int]:
     deterministic = defenses.registered(plan.defense_of(config, job["setting"])[0]).deterministic
     return {cost.model_unit(config, results, job["case"],
                             "lbfgs" if optimizer == "lbfgs" else "match",
-                            resolved["attack"]["batch_size"]): iterations
+                            resolved["attack"]["protocol"]["batch_size"]): iterations
             for optimizer, iterations in attack_work(resolved, labels, deterministic).items()}
 
 
@@ -301,7 +303,7 @@ PHASE = Phase(
     run=run_attacks,
     planned=lambda config: [{"case": case, "setting": setting, "seed": seed}
                             for case, setting in plan.attack_jobs(config)
-                            for seed in config["attack"]["seeds"]],
+                            for seed in config["attack"]["attacker"]["seeds"]],
     inputs=lambda config, results, job: [
         paths.data_manifest(results, plan.find_case(config, job["case"])["dataset"]),
         _job(config, results, job).checkpoint],

@@ -43,7 +43,7 @@ def target_files(config: dict, results: Path, name: str) -> list[Path]:
                       for seed in config["fl"]["seeds"]}
         if point.attacks:
             files |= {paths.attack_metrics(results, point.case, point.setting, seed)
-                      for seed in config["attack"]["seeds"]}
+                      for seed in config["attack"]["attacker"]["seeds"]}
     return sorted(files)
 
 

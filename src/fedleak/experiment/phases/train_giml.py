@@ -25,7 +25,7 @@ META_KEYS = ("outer_steps", "tasks_per_step", "latent_iterations", "parameter_it
 
 def _undefended(config: dict, results: Path, case: str) -> Job:
     """The case's undefended run of the first attacked seed, whose clients GIML observes."""
-    return Job(config, results, case, plan.NONE, config["attack"]["seeds"][0])
+    return Job(config, results, case, plan.NONE, config["attack"]["attacker"]["seeds"][0])
 
 
 def train_giml(config: dict, results: Path, case: str) -> None:
