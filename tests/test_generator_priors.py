@@ -290,7 +290,7 @@ def test_a_pretrained_kind_plans_no_gan_training_and_waits_for_its_file(weights,
     dry = run([*SNAKEMAKE, "-n", "--cores", "1", "--configfile", str(tiny)], root)
     assert "rule attack:" in dry.stdout and "train_gan" not in dry.stdout
     attack = dry.stdout[dry.stdout.index("rule attack:"):]
-    assert "priors/g_ema.pt" in attack.victims.split("output:")[0]  # the weights: the job's input
+    assert "priors/g_ema.pt" in attack.split("output:")[0]  # the weights: the job's input
 
     (root / "priors" / "g_ema.pt").unlink()
     shutil.rmtree(root / "results")
