@@ -68,6 +68,13 @@ def test_atomic_writes_end_with_the_permissions_a_plain_open_gives(tmp_path, uma
         assert (tmp_path / name).stat().st_mode & 0o777 == expected, name
 
 
+def test_a_saved_checkpoint_has_the_same_bytes_wherever_it_is_written(tmp_path):
+    state = {"w": torch.arange(5.0)}
+    first = io.save_torch(tmp_path / "a" / "round0.pt", state)
+    second = io.save_torch(tmp_path / "b" / "final.pt", state)
+    assert first.read_bytes() == second.read_bytes()
+
+
 def test_seeding_switches_torch_to_deterministic_kernels_without_loading_its_compiler():
     code = ("import sys, torch; from fedleak.utils.seeding import seed_everything; "
             "seed_everything(0); print(torch.are_deterministic_algorithms_enabled(), "

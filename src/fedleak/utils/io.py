@@ -122,11 +122,16 @@ def save_npy(path: str | os.PathLike, array: np.ndarray) -> Path:
 
 def save_torch(path: str | os.PathLike, obj: Any) -> Path:
     """``obj`` (tensors, numbers, strings and containers) with every tensor on the CPU, so a
-    file written by a CUDA job loads anywhere with ``weights_only=True``."""
+    file written by a CUDA job loads anywhere with ``weights_only=True``; the same object
+    gives the same bytes wherever it is written (what DVC hashes)."""
     from fedleak.utils.device import to_device
 
     cpu = to_device(obj, "cpu")
-    return _write_with(path, lambda t: torch.save(cpu, t))
+
+    def write(temporary: Path) -> None:
+        with open(temporary, "wb") as handle:  # a path would name the zip's root after the
+            torch.save(cpu, handle)             # temporary file: other bytes every run
+    return _write_with(path, write)
 
 
 REMEDY = "delete it and re-run the step that writes it (snakemake re-creates missing files)"
