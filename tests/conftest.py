@@ -19,12 +19,14 @@ torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(items):
-    """The modules that hold a slow test first, each whole and in its order: pytest-xdist
-    hands tests out in this order as workers free up, so the long pipeline runs start at
-    once and the short tests fill in at the end, instead of one worker finishing a long
-    run alone."""
+    """The tests of an ``xdist_group`` first (a group shares minutes-long fixtures and runs
+    on one worker), then the modules that hold a slow test, each whole and in its order:
+    pytest-xdist hands tests out in this order as workers free up, so the long pipeline runs
+    start at once and the short tests fill in at the end, instead of one worker finishing a
+    long run alone."""
     slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.module.__name__ not in slow)
+    items.sort(key=lambda item: (item.get_closest_marker("xdist_group") is None,
+                                 item.module.__name__ not in slow))
 
 
 @pytest.fixture(autouse=True)

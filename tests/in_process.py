@@ -1,7 +1,8 @@
 """A configuration's whole plan run in this process: every job of ``pipeline.walk`` through
 the function its ``fedleak <command>`` calls (``Phase.run``), each once the jobs that make
 its inputs have run, with the configuration the rules hand their jobs (validated, written
-as ``results/config.resolved.json`` and read back). What it leaves out is Snakemake and a
+as ``results/config.resolved.json`` and read back). Each job must make every output
+its phase declares, as Snakemake requires. What it leaves out is Snakemake and a
 Python start-up per job, which in a paper's smoke run is most of a job's time (importing
 torch alone takes 3-4 s; docs/measurements.md, m56)."""
 
@@ -38,7 +39,9 @@ def run_plan(config: dict, results: Path) -> Counter:
                       & (later - made[k])), None)
         assert ready is not None, f"no job whose inputs are made: {pending}"
         phase, identity = pending.pop(ready)
-        made.pop(ready)
+        outputs = made.pop(ready)
         phase.run(config, results, **identity)
+        missing = sorted(p for p in outputs if not Path(p).exists())
+        assert not missing, f"{phase.name} {identity} did not make {missing}"
         ran[phase.name] += 1
     return ran

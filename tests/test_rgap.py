@@ -260,3 +260,27 @@ def test_the_latent_search_is_the_engines_stage(digits, monkeypatch):
     assert stage.distance is None and stage.cost is not None and stage.lr == 3e-2
     assert (stage.iterations, tuple(stage.milestones), restarts, seed) == (20, MILESTONES, 3, 5)
     assert 0 <= rec.restart < 3 and len(rec.loss_trace) == 6 + 21
+
+
+@pytest.mark.parametrize("spread", [1.0, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 0.0])
+def test_the_rank_after_a_condition_estimate_is_the_eigenvalues_count(spread, monkeypatch):
+    """A Gram matrix whose smallest singular values are ``spread`` x the largest (0: rank
+    n - 5): the rank :func:`rgap._rank` reports, first from LAPACK's condition estimate
+    where a Cholesky factor exists, is the count of singular values above the cutoff, as
+    the full spectrum gives; a spectrum clear of the cutoff needs no eigendecomposition."""
+    from fedleak.attacks.rgap import _rank
+
+    n, rcond = 300, 1e-7
+    rng = torch.Generator().manual_seed(0)
+    basis = torch.linalg.qr(torch.randn(n, n, dtype=torch.float64, generator=rng))[0]
+    singular = torch.logspace(0, -3, n, dtype=torch.float64)
+    singular[-5:] = spread
+    gram = (basis * singular**2) @ basis.T
+    gram = (gram + gram.T) / 2
+    factor, failed = torch.linalg.cholesky_ex(gram)
+    expected = torch.linalg.eigvalsh(gram).clamp(min=0).sqrt()
+    assert _rank(gram, None if failed else factor, rcond) == \
+        int((expected > rcond * expected[-1]).sum())
+    if spread >= 1e-4:
+        monkeypatch.setattr(torch.linalg, "eigvalsh", None)
+        assert _rank(gram, factor, rcond) == n

@@ -158,6 +158,8 @@ def test_stand_in_data_has_the_paper_dataset_shape_and_classes():
     assert tuple(imagenet.x.shape) == (400, 3, 64, 64) and datasets.size("imagenet", spec) == 400
     every = datasets.load("imagenet", **{**spec, "max_images": 9999})
     assert torch.equal(imagenet.x, every.x[:400])
+    small = datasets.load("imagenet", **{**spec, "size": 32})  # resized as its loader would
+    assert tuple(small.x.shape) == (400, 3, 32, 32) and small.num_classes == 1000
     assert "torchvision.datasets.MNIST" in datasets.missing("mnist", {"root": "nowhere"})
 
 

@@ -166,15 +166,37 @@ def _system(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape):
                   "forward_constraints": out * positions}
 
 
+def _rank(gram: torch.Tensor, factor: torch.Tensor | None, rcond: float) -> int:
+    """The numerical rank of A from its Gram matrix: its singular values above ``rcond`` x
+    the largest. With a Cholesky factor, LAPACK's estimate of 1/kappa_1(A^T A) (``dpocon``,
+    O(n^2)) comes first: kappa_2 <= kappa_1 for a symmetric matrix, so an estimate 1,000x
+    clear of the cutoff rcond^2 means full rank without the O(n^3) eigendecomposition (the
+    count is the same, docs/measurements.md m58); otherwise every eigenvalue."""
+    n = gram.shape[0]
+    if factor is not None:
+        from scipy.linalg.lapack import dpocon
+
+        estimate, info = dpocon(factor.numpy(), float(gram.abs().sum(0).max()), uplo="L")
+        if info == 0 and estimate > 1000 * rcond**2:
+            return n
+    singular = torch.linalg.eigvalsh(gram).clamp(min=0).sqrt()  # of A, ascending
+    return int((singular > rcond * singular[-1]).sum())
+
+
+def _gram(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape):
+    """A_r^T A_r, A_r^T b_r, A_r's report (:func:`_system`) and the Gram matrix's Cholesky
+    factor (None: not positive definite)."""
+    a, b, report = _system(conv, weight, grad, bias, k, z, in_shape)
+    gram = torch.from_numpy((a.T @ a).toarray())
+    factor, failed = torch.linalg.cholesky_ex(gram)
+    return gram, torch.from_numpy(a.T @ b), (a, b, report), None if failed else factor
+
+
 def _solve(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond):
     """x_r from A_r x_r = b_r (Eqs. 9-10) and its rank analysis."""
-    a, b, report = _system(conv, weight, grad, bias, k, z, in_shape)
-    n = report["unknowns"]
-    gram, rhs = torch.from_numpy((a.T @ a).toarray()), torch.from_numpy(a.T @ b)
-    singular = torch.linalg.eigvalsh(gram).clamp(min=0).sqrt()  # of A, ascending
-    rank = int((singular > rcond * singular[-1]).sum())
-    factor, failed = torch.linalg.cholesky_ex(gram)
-    if rank == n and not failed:  # Cholesky: 7x faster than the eigenvectors at n = 3468
+    gram, rhs, (a, b, report), factor = _gram(conv, weight, grad, bias, k, z, in_shape)
+    n, rank = report["unknowns"], _rank(gram, factor, rcond)
+    if rank == n and factor is not None:  # Cholesky: 7x faster than the eigenvectors
         x = torch.cholesky_solve(rhs[:, None], factor)[:, 0]
     else:  # the pseudo-inverse: minimum-norm least squares on the kept singular values
         eigenvalues, vectors = torch.linalg.eigh(gram)
@@ -185,11 +207,10 @@ def _solve(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond):
                                  "solved": "pseudo-inverse"}
 
 
-def _rank(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond) -> dict:
+def _analysed(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond) -> dict:
     """The rank analysis of A_r without solving (a layer that the prior solves)."""
-    a, _, report = _system(conv, weight, grad, bias, k, z, in_shape)
-    singular = torch.linalg.eigvalsh(torch.from_numpy((a.T @ a).toarray())).clamp(min=0).sqrt()
-    return {**report, "rank": int((singular > rcond * singular[-1]).sum())}
+    gram, _, (_, _, report), factor = _gram(conv, weight, grad, bias, k, z, in_shape)
+    return {**report, "rank": _rank(gram, factor, rcond)}
 
 
 def system_cost(conv: nn.Conv2d, weight, grad, bias, k, z, *, device, dtype=torch.float32
@@ -267,7 +288,7 @@ def recover(model: nn.Module, gradient, input_shape, label: int | None, rcond: f
         system = (conv, conv.weight.detach().cpu().double(), observed(conv.weight),
                   None if conv.bias is None else conv.bias.detach().cpu().double(), k, z)
         if r + 1 == prior_layers:  # Eq. 11: x_r = f_{theta,r}(G(z*)), and every layer below
-            reports.insert(0, {"name": name, **_rank(*system, shape, rcond),
+            reports.insert(0, {"name": name, **_analysed(*system, shape, rcond),
                                "solved": "latent search"})
             return inputs, reports, label, system_cost(
                 *system, device=next(model.parameters()).device)

@@ -19,11 +19,11 @@ with integer labels.
   ``audiomnist``: a task label and sensitive attributes (RecUP-FL), loaded by
   ``fedleak.data.attributes`` (see there).
 
-Smoke runs replace a paper dataset by a stand-in of its image shape (``SHAPES``) and class
-count (``stand_in``): ``digits`` (the bundled digits resized, labels kept) or ``fake``
-(torchvision's FakeData: seeded noise, for shapes only), its first ``max_images`` where
-the dataset has that key. An attribute dataset's stand-in also carries its attributes
-(``attributes.stand_in``).
+Smoke runs replace a paper dataset by a stand-in of its image shape (``SHAPES``; an image
+folder's ``size``) and class count (``stand_in``): ``digits`` (the bundled digits resized,
+labels kept) or ``fake`` (torchvision's FakeData: seeded noise, for shapes only), its
+first ``max_images`` where the dataset has that key. An attribute dataset's stand-in also
+carries its attributes (``attributes.stand_in``).
 """
 
 from __future__ import annotations
@@ -185,14 +185,17 @@ def split_capacity(name: str, spec: dict, split: str = "train") -> int | None:
     return int(total * share) + classes * len(fractions)
 
 
-def load_stand_in(name: str, kind: str, seed: int = 0) -> ImageData:
-    """Bundled data in the image shape and class count of ``name`` (smoke runs)."""
+def load_stand_in(name: str, kind: str, seed: int = 0, size: int | None = None) -> ImageData:
+    """Bundled data in the image shape and class count of ``name`` (smoke runs); an image
+    folder's images ``size`` pixels square, as its loader resizes them."""
     if name not in SHAPES:
         raise ValueError(f"no stand-in shape for dataset {name!r}; expected one of "
                          f"{sorted(SHAPES)}")
     if name in ATTRIBUTE_DATASETS:
         return attributes.stand_in(name, kind, seed)
     channels, height, width, classes = SHAPES[name]
+    if size is not None and name in IMAGE_FOLDERS:
+        height = width = size
     if kind == "digits":
         digits = load_digits(channels, height)
         x = F.interpolate(digits.x, size=(height, width), mode="bilinear", align_corners=False)
@@ -244,7 +247,7 @@ def load(name: str, **options) -> ImageData:
     """Load a dataset by name; options are those of the loader (``stand_in``: smoke data)."""
     stand_in = options.pop("stand_in", None)
     if stand_in:  # its first max_images, as a folder's (a smoke run's cheaper evaluation)
-        data = load_stand_in(name, stand_in)
+        data = load_stand_in(name, stand_in, size=options.get("size"))
         return data.subset(torch.arange(min(len(data), options.get("max_images", len(data)))))
     if name in TORCHVISION:
         return load_torchvision(name, **options)
