@@ -169,9 +169,11 @@ def _system(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape):
 def _rank(gram: torch.Tensor, factor: torch.Tensor | None, rcond: float) -> int:
     """The numerical rank of A from its Gram matrix: its singular values above ``rcond`` x
     the largest. With a Cholesky factor, LAPACK's estimate of 1/kappa_1(A^T A) (``dpocon``,
-    O(n^2)) comes first: kappa_2 <= kappa_1 for a symmetric matrix, so an estimate 1,000x
-    clear of the cutoff rcond^2 means full rank without the O(n^3) eigendecomposition (the
-    count is the same, docs/measurements.md m58); otherwise every eigenvalue."""
+    O(n^2)) comes first: kappa_2 <= kappa_1 for a symmetric matrix, and the 1,000x margin
+    over the cutoff rcond^2 covers the estimate's error (it bounds |(A^T A)^-1|_1 from
+    below, in practice within 3x), so a clear estimate gives full rank without the O(n^3)
+    eigendecomposition (the same counts, docs/measurements.md m58); otherwise every
+    eigenvalue."""
     n = gram.shape[0]
     if factor is not None:
         from scipy.linalg.lapack import dpocon
