@@ -284,3 +284,28 @@ def test_the_rank_after_a_condition_estimate_is_the_eigenvalues_count(spread, mo
     if spread >= 1e-4:
         monkeypatch.setattr(torch.linalg, "eigvalsh", None)
         assert _rank(gram, factor, rcond) == n
+
+
+
+def test_a_layer_system_solved_before_is_not_built_again(digits, monkeypatch):
+    """R-GAP's rows with and without a prior attack one upload with the same systems above
+    the prior (GIAS Table 1): each is solved once, with the images and reports of solving
+    it again; another upload's systems are its own."""
+    from fedleak.attacks import rgap
+
+    model = seeded("cnn6", 16)
+    first, second = (observe(model, *digit(digits, 16, index)) for index in (0, 1))
+    built, gram = [], rgap._gram
+    monkeypatch.setattr(rgap, "_gram", lambda *args: built.append(1) or gram(*args))
+    monkeypatch.setattr(rgap, "_SOLVED", type(rgap._SOLVED)())
+    fresh = attacks.build("rgap")(first)
+    layers = len(built)
+    again = attacks.build("rgap")(first)
+    assert len(built) == layers == 6
+    assert torch.equal(again.images, fresh.images)
+    assert again.extra["layers"] == fresh.extra["layers"]
+    assert all(map(torch.equal, again.extra["inputs"], fresh.extra["inputs"]))
+    attacks.build("rgap")(second)
+    assert len(built) == 2 * layers
+    monkeypatch.setattr(rgap, "_SOLVED", type(rgap._SOLVED)())
+    assert torch.equal(attacks.build("rgap")(first).images, fresh.images)

@@ -54,7 +54,7 @@ NodeName=$node NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=$mem State=UNKNOWN
 PartitionName=cpu Nodes=$node Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=$node MaxTime=INFINITE State=UP
 CONF
-    slurmctld
+    slurmctld -c  # a clean state: no node left drained by an earlier run
     slurmd
     for _ in $(seq 30); do
         sinfo -h -o %T 2>/dev/null | grep -q idle && { sinfo; return 0; }
