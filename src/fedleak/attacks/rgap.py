@@ -206,8 +206,7 @@ def _digest(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond) -> str:
     return h.hexdigest()
 
 
-# The last layer systems solved, by digest: R-GAP's rows with and without a prior (GIAS
-# Table 1) attack one victim's upload with the same systems above their prior, solved once.
+# The last systems solved, by digest: R-GAP's rows with and without a prior share them.
 _SOLVED: OrderedDict[str, tuple[torch.Tensor, dict]] = OrderedDict()
 SOLVED_KEPT = 64
 
@@ -218,8 +217,7 @@ def _solve(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond):
     key = _digest(conv, weight, grad, bias, k, z, in_shape, rcond)
     if key in _SOLVED:
         _SOLVED.move_to_end(key)
-        x, report = _SOLVED[key]
-        return x.clone(), dict(report)
+        return _SOLVED[key][0].clone(), dict(_SOLVED[key][1])
     gram, rhs, (a, b, report), factor = _gram(conv, weight, grad, bias, k, z, in_shape)
     n, rank = report["unknowns"], _rank(gram, factor, rcond)
     if rank == n and factor is not None:  # Cholesky: 7x faster than the eigenvectors
@@ -229,12 +227,11 @@ def _solve(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond):
         kept = vectors[:, n - rank:]
         x = kept @ ((kept.T @ rhs) / eigenvalues[n - rank:])
     residual = float(np.linalg.norm(a @ x.numpy() - b) / max(np.linalg.norm(b), 1e-300))
-    x, report = x.reshape(in_shape), {**report, "rank": rank, "residual": residual,
-                                      "solved": "pseudo-inverse"}
-    _SOLVED[key] = (x.clone(), dict(report))
-    while len(_SOLVED) > SOLVED_KEPT:
+    report = {**report, "rank": rank, "residual": residual, "solved": "pseudo-inverse"}
+    _SOLVED[key] = (x.reshape(in_shape).clone(), dict(report))
+    if len(_SOLVED) > SOLVED_KEPT:
         _SOLVED.popitem(last=False)
-    return x, report
+    return x.reshape(in_shape), report
 
 
 def _analysed(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond) -> dict:
@@ -242,9 +239,7 @@ def _analysed(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond) -> dic
     solved before: its analysis, from ``_SOLVED``."""
     key = _digest(conv, weight, grad, bias, k, z, in_shape, rcond)
     if key in _SOLVED:
-        report = _SOLVED[key][1]
-        return {name: report[name] for name in ("unknowns", "gradient_constraints",
-                                                "forward_constraints", "rank")}
+        return {n: v for n, v in _SOLVED[key][1].items() if n not in ("residual", "solved")}
     gram, _, (_, _, report), factor = _gram(conv, weight, grad, bias, k, z, in_shape)
     return {**report, "rank": _rank(gram, factor, rcond)}
 
