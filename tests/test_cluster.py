@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -10,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from conftest import REPO
-from test_pipeline import ENV, SNAKEMAKE, copy_project, slurm_unavailable
 
 from fedleak.experiment import cluster, configuration, phases, pipeline, plan
 
@@ -173,37 +171,3 @@ def test_the_array_profile_is_the_slurm_profile_with_arrays_of_workflow_rules():
     rules = set(phases.NAMES)  # one rule per phase (workflow/rules/phases.smk)
     named = {rule.strip() for rule in array["slurm-array-jobs"].split(",")}
     assert named and named <= rules, named - rules
-
-
-@pytest.mark.slow
-@pytest.mark.slurm
-def test_the_array_profile_submits_a_rule_s_jobs_as_one_array(tmp_path):
-    """config/test.yaml's FL runs (`all_fl_run`, with the jobs they need) through
-    workflow/profiles/slurm-array on the single-node SLURM (tests/cluster/slurm-local.sh):
-    FL runs ready together go to SLURM as one array (those a trained network holds back
-    follow in a later one); every job is submitted once and finishes. (The whole plan
-    through the plain profile is tests/test_pipeline.py's slurm test; the whole plan
-    through this one took 675 s in the suite, docs/measurements.md, m59.)"""
-    reason = slurm_unavailable()
-    if reason:
-        pytest.skip(f"slurm test not run: {reason}")
-    root = copy_project(tmp_path / "project")
-    proc = subprocess.run([*SNAKEMAKE, "all_fl_run", "--profile",
-                           "workflow/profiles/slurm-array",
-                           "--configfile", "config/test.yaml",
-                           "--seconds-between-status-checks", "2",
-                           "--slurm-init-seconds-before-status-checks", "2"], cwd=root,
-                          env={**ENV, "FEDLEAK_SLURM_GPUS": "0"},  # the node has no GPU
-                          capture_output=True, text=True)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
-    arrays = re.findall(r"Submitted array job with Snakemake IDs ([\d, ]+) and SLURM", out)
-    sizes = [len(ids.split(",")) for ids in arrays]
-    single = re.findall(r"Job \d+ has been submitted with SLURM jobid", out)
-    assert sizes and max(sizes) > 1, out[-3000:]
-    stats = out[out.index("Job stats"):]
-    planned = {rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", stats, re.M)
-               if rule not in ("all_fl_run", "total")}
-    assert planned["fl_run"] == 5, out[-3000:]
-    assert sum(sizes) + len(single) == sum(planned.values()), out[-3000:]  # each once
-    assert len(list(root.glob("results/fl/*/*/seed0/metrics.json"))) == 5

@@ -86,12 +86,17 @@ def dvc_run(tmp_path_factory) -> tuple[Path, str]:
     return root, run([sys.executable, "-m", "dvc", "repro"], root).stdout
 
 
+def job_stats(output: str) -> Counter:
+    """Jobs per rule in the table Snakemake prints before it runs them."""
+    stats = output[output.index("Job stats"):]
+    return Counter({rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", stats, re.M)
+                    if rule not in ("all", "total") and not rule.startswith("all_")})
+
+
 def planned(root: Path, env: dict) -> Counter:
     """Jobs per rule that `snakemake -n` plans for config/test.yaml (nothing: empty)."""
     dry = run([*SNAKEMAKE, "-n", "--configfile", "config/test.yaml"], root, env=env).stdout
-    stats = dry[dry.index("Job stats"):] if "Job stats" in dry else ""
-    return Counter({rule: int(n) for rule, n in re.findall(r"^(\w+)\s+(\d+)$", stats, re.M)
-                    if rule not in ("all", "total")})
+    return job_stats(dry) if "Job stats" in dry else Counter()
 
 
 @pytest.mark.slow
@@ -187,17 +192,63 @@ def cancel_first_running(rule: str, process: subprocess.Popen) -> str | None:
     return None
 
 
+def slurm_arrays(output: str) -> list[tuple[list[str], str]]:
+    """The arrays an array-profile run submitted: (Snakemake job ids, SLURM job id) each."""
+    return [(ids.split(","), slurm_id) for ids, slurm_id in re.findall(
+        r"Submitted array job with Snakemake IDs ([\d,]+) and SLURM job ID (\d+)", output)]
+
+
+def rules_of_jobs(output: str) -> dict[str, str]:
+    """Snakemake job id -> rule, from the job blocks it prints (rule name, then jobid)."""
+    return dict((jobid, rule) for rule, jobid in re.findall(
+        r"^rule (\w+):\n(?:    .*\n)*?    jobid: (\d+)", output, flags=re.M))
+
+
+def assert_resources(rule: str, slurm_id: str, payload_mb: int = 0) -> None:
+    """The partition, memory and wall time cluster.py gives ``rule``'s jobs (an array's
+    memory with the plugin's allowance for the array's payload, at least 1 MB)."""
+    job = slurm_job(slurm_id)
+    assert job["Partition"] == ("gpu" if rule in GPU_RULES else "cpu"), (rule, job)
+    memory = 2000 if rule in ("fl_run", "prepare_data") else 4000
+    assert job["MinMemoryNode"] == f"{memory + payload_mb}M", (rule, job)
+    if rule not in ("attack", "fl_run"):
+        assert job["TimeLimit"] == "02:00:00", (rule, job)
+
+
 @pytest.mark.slow
 @pytest.mark.slurm
 @pytest.mark.xdist_group("local_run")
 @pytest.mark.skipif(bool(slurm_unavailable()), reason=f"slurm test not run: {slurm_unavailable()}")
-def test_slurm_runs_every_job_and_resubmits_a_cancelled_one_with_identical_tables(
+def test_slurm_runs_every_job_in_arrays_or_alone_and_resubmits_a_cancelled_one(
         local_run, tmp_path):
-    """The README's cluster commands on a real single-node SLURM (tests/cluster/
-    slurm-local.sh): every job goes through sbatch with its rule's partition, memory and
-    wall time; an attack job cancelled with scancel mid-run is submitted again (the
-    profile's retries); the tables are the local run's, byte for byte."""
+    """Both SLURM profiles on a real single-node SLURM (tests/cluster/slurm-local.sh):
+    workflow/profiles/slurm-array makes the FL runs (`all_fl_run`; those ready together go
+    to SLURM as one array, each job once), then the README's cluster block, as written,
+    makes the rest through workflow/profiles/slurm, one sbatch per job with its rule's
+    partition, memory and wall time; an attack job cancelled with scancel mid-run is
+    submitted again (the profile's retries). Together they run the local run's jobs, and
+    the tables and figures are the local run's, byte for byte."""
     root = copy_project(tmp_path / "project")
+    arrays = subprocess.run([*SNAKEMAKE, "all_fl_run", "--profile",
+                             "workflow/profiles/slurm-array", "--configfile", "config/test.yaml",
+                             "--seconds-between-status-checks", "2",
+                             "--slurm-init-seconds-before-status-checks", "2"], cwd=root,
+                            env={**ENV, "FEDLEAK_SLURM_GPUS": "0"},  # the node has no GPU
+                            capture_output=True, text=True)
+    first = arrays.stdout + arrays.stderr
+    assert arrays.returncode == 0, first[-3000:]
+    in_arrays, rule_of = slurm_arrays(first), rules_of_jobs(first)
+    alone = re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", first)
+    made_first = job_stats(first)
+    assert made_first["fl_run"] == 5 and max(len(ids) for ids, _ in in_arrays) > 1, first[-3000:]
+    submitted_first = [j for ids, _ in in_arrays for j in ids] + [j for j, _ in alone]
+    assert Counter(rule_of[j] for j in submitted_first) == made_first  # each job once
+    for ids, slurm_id in in_arrays:  # an array: one rule's jobs, with that rule's resources
+        assert len({rule_of[j] for j in ids}) == 1
+        assert_resources(rule_of[ids[0]], slurm_id, payload_mb=1)
+    for jobid, slurm_id in alone:
+        assert_resources(rule_of[jobid], slurm_id)
+
     script = "\n".join(commands(readme_block("### Try it on one machine", "bash", 2)))
     process = subprocess.Popen(["bash", "-e", "-c", script], cwd=root, env=ENV,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -205,24 +256,18 @@ def test_slurm_runs_every_job_and_resubmits_a_cancelled_one_with_identical_table
     output = process.communicate()[0]
     assert process.returncode == 0, output[-4000:]
     assert cancelled is not None, "no attack job was seen running"
-    # Snakemake's job blocks: rule name, its jobid, then the SLURM job id(s) it got.
-    rule_of = dict((jobid, rule) for rule, jobid in re.findall(
-        r"^rule (\w+):\n(?:    .*\n)*?    jobid: (\d+)", output, flags=re.M))
+    rule_of = rules_of_jobs(output)
     submitted = re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", output)
     local = (local_run / ".snakemake" / "log").glob("*.log")
-    local_jobs = re.findall(r"^(?:local)?rule (\w+):", next(local).read_text(), flags=re.M)
-    assert sorted(rule_of[j] for j in {j for j, _ in submitted}) == \
-        sorted(r for r in local_jobs if r != "all")
+    local_jobs = Counter(re.findall(r"^(?:local)?rule (\w+):", next(local).read_text(),
+                                    flags=re.M))
+    del local_jobs["all"]
+    assert made_first + Counter(rule_of[j] for j in {j for j, _ in submitted}) == local_jobs
     again = [j for j, s in submitted if s == cancelled]
     assert again and [s for j, s in submitted if j == again[0]][-1] != cancelled
     assert slurm_job(cancelled)["JobState"] == "CANCELLED"
     for jobid, slurm_id in submitted:
-        rule, job = rule_of[jobid], slurm_job(slurm_id)
-        assert job["Partition"] == ("gpu" if rule in GPU_RULES else "cpu")
-        assert job["MinMemoryNode"] == ("2000M" if rule in ("fl_run", "prepare_data")
-                                        else "4000M")
-        if rule not in ("attack", "fl_run"):
-            assert job["TimeLimit"] == "02:00:00"
+        assert_resources(rule_of[jobid], slurm_id)
     assert digests(root) == digests(local_run)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -108,6 +110,17 @@ def test_no_two_files_import_each_other_in_a_circle():
                 seen.add(module)
                 todo += graph[module]
     assert circles == []
+
+
+def test_loading_every_phase_s_declaration_leaves_the_plotting_stack_unimported():
+    """Every Snakemake start (each SLURM job's too) loads every phase's declaration: the
+    report's plotting stack (seaborn, scipy.stats: 2-3 s) is for the jobs that draw."""
+    code = ("import sys; from fedleak.experiment import phases; phases.every(); "
+            "print(sorted(m for m in ('seaborn', 'scipy.stats', 'fedleak.report') "
+            "if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert loaded == "[]"
 
 
 def test_at_most_two_files_are_over_450_lines():

@@ -163,6 +163,34 @@ def test_stand_in_data_has_the_paper_dataset_shape_and_classes():
     assert "torchvision.datasets.MNIST" in datasets.missing("mnist", {"root": "nowhere"})
 
 
+def test_a_torchvision_dataset_keeps_its_first_max_images(tmp_path, monkeypatch):
+    """CIFAR-10's test batch in its own format (a pickle of uint8 rows and labels; the
+    integrity check, md5 of the real files, let through): ``max_images`` keeps the first
+    images in file order, and the planned size says so."""
+    import pickle
+
+    import torchvision.datasets.cifar
+
+    from fedleak.data import datasets
+
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    rows = np.random.default_rng(0).integers(0, 256, (12, 3 * 32 * 32), dtype=np.uint8)
+    with (folder / "test_batch").open("wb") as f:
+        pickle.dump({"data": rows, "labels": list(range(10)) + [0, 1]}, f)
+    with (folder / "batches.meta").open("wb") as f:
+        pickle.dump({"label_names": [str(i) for i in range(10)]}, f)
+    monkeypatch.setattr(torchvision.datasets.cifar, "check_integrity", lambda *a: True)
+    every = datasets.load("cifar10", root=str(tmp_path), split="test")
+    first = datasets.load("cifar10", root=str(tmp_path), split="test", max_images=5)
+    assert tuple(every.x.shape) == (12, 3, 32, 32) and tuple(first.x.shape) == (5, 3, 32, 32)
+    assert torch.equal(first.x, every.x[:5]) and first.y.tolist() == [0, 1, 2, 3, 4]
+    assert torch.equal(every.x[3] * 255, torch.from_numpy(rows[3].reshape(3, 32, 32)).float())
+    assert datasets.size("cifar10", {"split": "test"}) == 10000
+    assert datasets.size("cifar10", {"split": "test", "max_images": 5}) == 5
+    assert datasets.size("cifar10", {"stand_in": "digits", "max_images": 400}) == 400
+
+
 def test_fl_history_records_the_test_loss(digits):
     from fedleak.fl import FLSettings, run_federated
     from fedleak.models import LeNet

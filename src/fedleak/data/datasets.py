@@ -89,8 +89,9 @@ def load_natural(count: int, seed: int, channels: int = 3, size: int = 32) -> Im
 
 
 def load_torchvision(name: str, root: str | Path, split: str = "train",
-                     download: bool = False) -> ImageData:
-    """CIFAR-10, CIFAR-100 or SVHN through torchvision, as float tensors in [0, 1]."""
+                     download: bool = False, max_images: int | None = None) -> ImageData:
+    """CIFAR-10, CIFAR-100 or SVHN through torchvision, as float tensors in [0, 1] (the
+    split's first ``max_images``; None: all)."""
     import torchvision
 
     if name not in TORCHVISION:
@@ -110,6 +111,7 @@ def load_torchvision(name: str, root: str | Path, split: str = "train",
             f"datasets.{name}.download: true where a network is available") from exc
     images = ds.data if name == "svhn" else ds.data.transpose(0, 3, 1, 2)
     labels = ds.labels if name == "svhn" else ds.targets
+    images, labels = images[:max_images], labels[:max_images]
     x = torch.from_numpy(np.ascontiguousarray(images)).float() / 255.0
     classes = 100 if name == "cifar100" else 10
     return ImageData(x, torch.as_tensor(np.asarray(labels), dtype=torch.int64), classes)
@@ -166,10 +168,10 @@ def size(name: str, spec: dict) -> int | None:
         return min(count, spec.get("max_images", count))
     if name == "natural":
         return spec["count"]
-    if "max_images" in spec:
-        return spec["max_images"]
     sizes = SIZES.get(name)
-    return sizes.get(spec.get("split", "train")) if isinstance(sizes, dict) else sizes
+    known = sizes.get(spec.get("split", "train")) if isinstance(sizes, dict) else sizes
+    limits = [n for n in (known, spec.get("max_images")) if n is not None]
+    return min(limits) if limits else None
 
 
 def split_capacity(name: str, spec: dict, split: str = "train") -> int | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedleak import attacks, report
+from fedleak import attacks
 from fedleak.data.datasets import SHAPES
 from fedleak.experiment import paths, pipeline, plan, priors
 from fedleak.experiment.phase import Output, Phase
@@ -74,6 +74,11 @@ def substitutions(config: dict) -> list[str]:
 
 def aggregate(config: dict, results: Path) -> None:
     """The standard tables and figures and report.md (with every target's result)."""
+    # Imported by the job, not with the declaration: every Snakemake start (and each
+    # SLURM job's) loads every phase's declaration, and the report's plotting stack
+    # (seaborn, scipy.stats) takes 2-3 s to import. experiment.code counts it all the same.
+    from fedleak import report
+
     jobs = pipeline.walk(config, results)
 
     def files(name: str) -> list[Path]:

@@ -8,9 +8,7 @@ import sys
 from pathlib import Path
 
 from fedleak import config as cfg
-from fedleak import report
 from fedleak.experiment import paths, plan
-from fedleak.experiment.gather import target_inputs
 from fedleak.experiment.phase import Output, Phase
 
 
@@ -19,6 +17,10 @@ def write_target(config: dict, results: Path, name: str) -> None:
     if name not in config["targets"]:
         raise ValueError(f"target {name!r} is not configured; expected one of "
                          f"{plan.targets(config)}")
+    # by the job alone: they import the report's plotting stack (phases/aggregate.py)
+    from fedleak import report
+    from fedleak.experiment.gather import target_inputs
+
     result = report.write_target(name, config["targets"][name],
                                  target_inputs(config, results, name),
                                  config["reference"].get(name), paths.target_dir(results, name))
