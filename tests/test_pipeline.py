@@ -64,12 +64,63 @@ def own_source(root: Path) -> dict:
 
 
 @pytest.fixture(scope="session")
-def local_run(tmp_path_factory) -> Path:
-    """The tiny configuration run once, locally, in a fresh copy of the project running its
-    own source (the tests that use it share one xdist worker, so it runs once)."""
+def live_local_run(tmp_path_factory) -> tuple[Path, subprocess.Popen, bytes]:
+    """The README's command on the tiny configuration, started in the background in a fresh
+    copy of the project running its own source, once its lock is held (the tests that use
+    it share one xdist worker, so it runs once): its root, its process and the resolved
+    configuration it wrote."""
     root = copy_project(tmp_path_factory.mktemp("local"))
-    run(TEST_RUN, root, env=own_source(root))
+    process = subprocess.Popen(TEST_RUN, cwd=root, env=own_source(root), text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not (root / "results" / "logs").is_dir():  # its first job runs
+        assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
+        time.sleep(0.5)
+    yield root, process, (root / "results" / "config.resolved.json").read_bytes()
+    if process.poll() is None:
+        process.kill()
+
+
+@pytest.fixture(scope="session")
+def local_run(live_local_run) -> Path:
+    """That run, finished: the second runs tried while it worked changed nothing of it."""
+    root, process, resolved = live_local_run
+    output = process.communicate(timeout=900)[0]
+    assert process.returncode == 0, output[-4000:]
+    assert (root / "results" / "config.resolved.json").read_bytes() == resolved
     return root
+
+
+# While a run works, every second `snakemake` that would lock the folder stops at once,
+# names the live run (pid, start time) and suggests nothing that would break it; the live
+# run finishes untouched (docs/errors.md, "Two runs at once"). These run before the tests
+# that wait for the run to finish (xdist keeps a group's tests in file order).
+DAMAGING = ("--unlock", "--rerun-incomplete", "--cleanup-metadata", "Traceback")
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("local_run")
+@pytest.mark.parametrize("second", [
+    TEST_RUN,
+    [*TEST_RUN, "--config", "fl={'rounds': 5}"],
+    ["snakemake", "--cores", "all"],
+    [*TEST_RUN, "--rerun-incomplete"],
+    ["snakemake", "--unlock", "--configfile", "config/test.yaml"],
+    [*TEST_RUN, "--cleanup-metadata", "results/report.md"],
+], ids=["same command", "other config", "embedded default", "rerun-incomplete", "unlock",
+        "cleanup-metadata"])
+def test_a_second_run_stops_at_once_and_names_the_live_one(live_local_run, second):
+    root, process, resolved = live_local_run
+    assert process.poll() is None, "the live run ended before this case ran"
+    proc = subprocess.run(second, cwd=root, env=own_source(root), capture_output=True,
+                          text=True)
+    assert process.poll() is None, "the live run ended while this case ran"
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"fedleak: another snakemake run (pid {process.pid}, started ")
+    assert str(root) in lines[0] and not any(word in proc.stderr for word in DAMAGING)
+    assert (root / "results" / "config.resolved.json").read_bytes() == resolved
 
 
 @pytest.fixture(scope="session")

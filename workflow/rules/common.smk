@@ -8,13 +8,27 @@ from pathlib import Path
 import yaml
 from snakemake.utils import update_config
 
+from fedleak.utils.runlock import RunInProgress, release_stale_lock
+
+DRY_RUN = bool(workflow.output_settings and workflow.output_settings.dryrun)
+# A killed run leaves Snakemake's lock behind: remove it when its owner is gone, so that the
+# plain command resumes (unfinished jobs re-run: rerun-incomplete in the default profile).
+# A live run's lock stops this run here, first, before it loads the package or writes
+# anything.
+try:
+    STALE_LOCK = release_stale_lock(take=not DRY_RUN and "--nolock" not in sys.argv
+                                    ) if workflow.is_main_process else None
+except RunInProgress as error:
+    sys.exit(str(error))
+if STALE_LOCK:
+    print(STALE_LOCK, file=sys.stderr)
+
 from fedleak import config as fedleak_config
 from fedleak.experiment import cluster, code, configuration, paths, phases, pipeline, priors
 from fedleak.experiment.phase import WILDCARDS
 from fedleak.experiment.phase import typed as job_identity
 from fedleak.experiment.phases.prepare_data import missing, victim_problems
 from fedleak.utils.io import write_json
-from fedleak.utils.runlock import RunInProgress, release_stale_lock
 
 DEFAULT_CONFIG = "config/config.yaml"
 RESULTS = Path("results")
@@ -48,7 +62,6 @@ def load_config():
 VALIDATED = load_config()
 config.clear()
 config.update(VALIDATED)
-DRY_RUN = bool(workflow.output_settings and workflow.output_settings.dryrun)
 # A pretrained prior's weights file (gan.weights) is no job's output: absent (or settings
 # its architecture refuses), stop here.
 PRIOR_PROBLEM = priors.problem(config)
@@ -57,16 +70,6 @@ if PRIOR_PROBLEM:
 RESULTS_PROBLEM = paths.results_problem(RESULTS)  # a file where the folder belongs...
 if RESULTS_PROBLEM:
     sys.exit(f"fedleak: {RESULTS_PROBLEM}")
-# A killed run leaves Snakemake's lock behind: remove it when its owner is gone, so that the
-# plain command resumes (unfinished jobs re-run: rerun-incomplete in the default profile).
-# A live run's lock stops this run here, before it writes anything.
-try:
-    STALE_LOCK = release_stale_lock(take=not DRY_RUN and "--nolock" not in sys.argv
-                                    ) if workflow.is_main_process else None
-except RunInProgress as error:
-    sys.exit(str(error))
-if STALE_LOCK:
-    print(STALE_LOCK, file=sys.stderr)
 # Every `fedleak` command reads the same validated configuration.
 CONFIG_JSON = RESULTS / paths.RESOLVED_CONFIG
 try:
