@@ -309,9 +309,10 @@ def test_slurm_runs_every_job_in_arrays_or_alone_and_resubmits_a_cancelled_one(
     assert cancelled is not None, "no attack job was seen running"
     rule_of = rules_of_jobs(output)
     submitted = re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", output)
-    local = (local_run / ".snakemake" / "log").glob("*.log")
-    local_jobs = Counter(re.findall(r"^(?:local)?rule (\w+):", next(local).read_text(),
-                                    flags=re.M))
+    local = [log.read_text() for log in (local_run / ".snakemake" / "log").glob("*.log")]
+    done = [log for log in local if "steps (100%) done" in log]  # not the refused second runs
+    assert len(done) == 1, len(local)
+    local_jobs = Counter(re.findall(r"^(?:local)?rule (\w+):", done[0], flags=re.M))
     del local_jobs["all"]
     assert made_first + Counter(rule_of[j] for j in {j for j, _ in submitted}) == local_jobs
     again = [j for j, s in submitted if s == cancelled]
