@@ -1,6 +1,10 @@
 import pytest
+import torch
+from conftest import lenet_victims
 
+from fedleak import attacks, defenses
 from fedleak.attacks import Stopper
+from fedleak.attacks.early_stopping import stop_point
 
 T, P = 1e-5, 15  # the schema's defaults (EPAFL's MNIST setting)
 
@@ -41,7 +45,33 @@ def test_reset_forgets_the_history():
     assert stopper.update(3) is None
 
 
-@pytest.mark.parametrize("kwargs", [{"kind": "early"}, {"patience": 0}, {"threshold": -1}])
+def test_a_minimum_relative_improvement_counts_a_creeping_loss_as_a_plateau():
+    creeping = [1.0, 0.9999, 0.9998, 0.9997, 0.9996]  # -0.01 % a step
+    assert feed(Stopper("plateau", threshold=T, patience=3), creeping) == (5, None)
+    relative = Stopper("plateau", threshold=T, patience=3, min_improvement=1e-3)
+    assert feed(relative, creeping) == (4, "plateau")
+    assert feed(Stopper("plateau", threshold=T, patience=3, min_improvement=1e-3),
+                [1.0, 0.5, 0.2, 0.1, 0.05]) == (5, None)  # halving: a new best every time
+
+
+@pytest.mark.slow
+def test_stop_point_on_a_full_run_is_where_a_live_stopper_stops(digits):
+    """L-BFGS on one problem runs the same up to where a stopper stops it: the stop read
+    from a run without one (benchmarks/epafl_readings.py) is the live stop, image and all."""
+    model, x, y = lenet_victims(digits, 1, seed=3)[0]
+    gradient = defenses.build("none")(defenses.DefenseContext(model=model, x=x, y=y))
+    observation = attacks.Observation(model=model, gradient=gradient, batch_size=1)
+    full = attacks.build("idlg", iterations=60)(observation, snapshots=range(61))
+    for spec in ({"kind": "hybrid", "threshold": 1e-4, "patience": 5},
+                 {"kind": "plateau", "threshold": T, "patience": 3, "min_improvement": 0.05}):
+        live = attacks.build("idlg", iterations=60, stopper=spec)(observation)
+        at, why = stop_point(Stopper(**spec), full.loss_trace)
+        assert (live.iterations, live.stop_reason) == (at, why) and at < 60
+        assert torch.equal(live.images, full.snapshots[at])
+
+
+@pytest.mark.parametrize("kwargs", [{"kind": "early"}, {"patience": 0}, {"threshold": -1},
+                                    {"min_improvement": 1.0}])
 def test_bad_stopper_settings_fail(kwargs):
     with pytest.raises(ValueError):
         Stopper(**{"kind": "hybrid", "threshold": T, "patience": P, **kwargs})

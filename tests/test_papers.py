@@ -135,6 +135,15 @@ def test_readme_targets_table_is_generated_from_the_configs(monkeypatch):
     assert cli.returncode == 0 and cli.stdout == table
 
 
+def test_the_catalog_names_the_data_of_the_cases_a_target_selects():
+    """Refiner Tables 1-2 select the centralised case (`clients: [1]`), only CIFAR-10's."""
+    table = catalog.targets_table([REPO / "config" / "paper" / "refiner.yaml"])
+    rows = {line.split(" | ")[1]: line for line in table.splitlines()[2:]}
+    assert rows["table1"].endswith("| no: needs cifar10 |")
+    assert rows["table2"].endswith("| no: needs cifar10 |")
+    assert "\\|w\\|" in rows["table1"]  # a title's | is no cell border
+
+
 def test_every_paper_config_has_a_readme_smoke_line():
     for paper in PAPERS:
         assert "--config smoke=True" in smoke_command(paper.stem)

@@ -190,7 +190,12 @@ def test_the_recupfl_paper_config_plans_attribute_jobs_only_where_targets_read_t
     for name in ("fig2", "fig3", "fig4", "fig5", "fig8", "fig9", "fig10", "fig11"):
         assert by_target[name] == {True}, name  # every point has its attribute job
         assert paper["targets"][name]["figure"]["kind"] == "attribute"
-    assert by_target["fig7"] == {False}  # FL only: convergence
+    # FL only (convergence): only its no-defense run is attacked (none, Fig. 11's baseline,
+    # is a listed label), not RecUP-FL's
+    fig7 = {(p.case, plan.fl_setting(p.setting)) for p in plan.points(paper)
+            if p.target == "fig7"}
+    assert {s.defense for _, s in fig7 & attributed} == {"none"}
+    assert any(s.defense != "none" for _, s in fig7)
     cases = {plan.find_case(paper, c)["dataset"]: plan.attributes(paper, c)
              for c in plan.attribute_cases(paper)}
     assert cases["audiomnist"][0] == "identity" and cases["adult"] == ["race"]

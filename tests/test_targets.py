@@ -12,7 +12,9 @@ from conftest import lenet_victims as victims
 
 from fedleak import attacks, config, defenses
 from fedleak.experiment import configuration, plan
-from fedleak.report.targets import TargetInputs, build_table, compare
+from fedleak.report.markdown import beside
+from fedleak.report.reference import compare
+from fedleak.report.targets import TargetInputs, build_table
 from fedleak.types import Setting
 
 EPAFL = configuration.load(REPO / "config" / "paper" / "epafl.yaml")
@@ -105,6 +107,26 @@ def test_table_statistics_follow_epafl():
     assert mnist_a["iterations:max"] == 20 and mnist_a["wall_time:sum"] == 3.0
 
 
+def test_statistics_over_successes_keep_the_asr_over_every_victim():
+    """EPAFL's code writes its tables' MSE, SSIM, time and iterations over the successful
+    victims (its `Succ` lines); the ASR is over all of them."""
+    inputs = TargetInputs(victims_frame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+    spec = {"rows": ["dataset", "series"], "metrics": ["asr", "ssim", "iterations:max"]}
+    every = build_table(spec, inputs).set_index(["dataset", "series"])
+    successes = build_table({**spec, "over": "successes"}, inputs).set_index(
+        ["dataset", "series"])
+    assert (successes["asr"] == every["asr"]).all()
+    assert every.loc[("mnist", "A"), "iterations:max"] == 20
+    assert successes.loc[("mnist", "A"), "iterations:max"] == 10  # SSIM 0.9 is no success
+    assert successes.loc[("mnist", "B"), "ssim"] == 0.99
+    assert np.isnan(successes.loc[("cifar10", "B"), "ssim"])  # none succeeded
+    with pytest.raises(ValueError, match="table.over: successes needs victims"):
+        build_table({"rows": ["series"], "metrics": ["accuracy"], "over": "successes"},
+                    TargetInputs(victims_frame(), pd.DataFrame({"series": ["A"],
+                                                                "accuracy": [0.5]}),
+                                 pd.DataFrame(), pd.DataFrame()))
+
+
 def test_fl_metrics_such_as_the_fallback_rate_come_from_the_fl_runs():
     fl = pd.DataFrame({"series": ["orthogonal", "official", "official"],
                        "accuracy": [0.1, 0.7, 0.8], "fallback_rate": [0.0, 0.5, 0.3]})
@@ -125,6 +147,49 @@ def test_comparison_puts_the_paper_beside_us_and_counts_agreeing_orders():
     assert row["asr"] == 0.5 and row["asr_paper"] == 0.8 and row["asr_diff"] == pytest.approx(-0.3)
     # mnist: A (0.5) == B (0.5) while the paper has A > B: disagree; cifar10: A > B vs A < B
     assert agreement == {"asr": "0/2"}
+
+
+def test_a_reference_cell_is_compared_as_its_kind():
+    """A ratio to a baseline row and a reduction from one are computed from our rows the
+    same way; a bound is kept (difference 0) or missed by how much; bounds are not ordered."""
+    table = pd.DataFrame({"round": [0, 0, 0, 9, 9], "defense": ["none", "dp", "rec", "dp", "rec"],
+                          "mse": [0.01, 0.02, 0.1, 0.04, 0.08]})
+    reference = {"source": "x", "columns": ["round", "defense", "mse"], "rows": [
+        [0, "rec", {"ratio": 8.2, "to": {"defense": "dp"}}],
+        [9, "rec", {"ratio": 2.5, "to": {"defense": "dp"}}],
+        [0, "dp", {"reduction": -0.5, "from": {"defense": "none"}}],
+        [9, "dp", {"<": 0.03}], [0, "none", {">": 0.005}], [9, "none", 0.3]]}
+    comparison, agreement = compare(table, ["defense", "round"], reference)
+    got = comparison.set_index(["round", "defense"])
+    assert got.loc[(0, "rec"), "mse"] == pytest.approx(5.0)  # 0.1 / 0.02
+    assert got.loc[(0, "rec"), "mse_diff"] == pytest.approx(5.0 - 8.2)
+    assert got.loc[(9, "rec"), "mse"] == pytest.approx(2.0)
+    assert got.loc[(0, "dp"), "mse"] == pytest.approx(-1.0)  # 1 - 0.02 / 0.01
+    assert got.loc[(9, "dp"), "mse_diff"] == pytest.approx(0.01)  # 0.04 misses < 0.03
+    assert got.loc[(0, "none"), "mse_diff"] == 0.0  # 0.01 keeps > 0.005
+    assert np.isnan(got.loc[(9, "none"), "mse"])  # no such row of ours
+    assert got.loc[(0, "rec"), "mse_kind"] == "ratio to defense=dp"
+    assert got.loc[(9, "dp"), "mse_kind"] == "< bound"
+    shown = beside(comparison).set_index(["round", "defense"])["mse"]  # the report's cells
+    assert shown[(9, "dp")] == "0.04 (< 0.03)"
+    assert shown[(0, "rec")] == "5 (8.2, ratio to defense=dp)"
+    # round 0 orders rec's ratio (8.2) against dp's reduction (-0.5): ours 5.0 > -1.0 agrees
+    assert agreement == {"mse": "1/1"}
+    assert "mse_kind" not in compare(table, ["defense", "round"], {
+        "source": "x", "columns": ["round", "defense", "mse"], "rows": [[0, "dp", 0.02]]})[0]
+
+
+@pytest.mark.parametrize("cell, message", [
+    ({"ratio": 2.0, "to": {"attack": "dlg"}}, "names 'attack'"),
+    ({"ratio": 2.0}, "reference.t.rows"),
+    ({"~": 0.3}, "reference.t.rows"),
+])
+def test_a_reference_cell_of_unknown_form_or_baseline_is_refused(cell, message):
+    with pytest.raises(config.ConfigError, match=message):
+        configuration.validate({"attacks": {"dlg": {}}, "targets": {"t": {
+            "title": "t", "select": [{}], "table": {"rows": ["defense"], "metrics": ["psnr"]}}},
+            "reference": {"t": {"source": "x", "columns": ["defense", "psnr"],
+                                "rows": [["none", cell]]}}})
 
 
 @pytest.mark.slow

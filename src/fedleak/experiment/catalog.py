@@ -11,11 +11,12 @@ from fedleak.experiment.studies.kinds import STUDIES
 OFFLINE = {"digits", "natural"}  # bundled with scikit-learn and scikit-image
 
 
-def _offline(config: dict, target: dict) -> str:
-    datasets = {case["dataset"] for selection in target.get("select", [])
-                for case in config["cases"]
-                if case["dataset"] in selection.get("datasets", [case["dataset"]])
-                and case["model"] in selection.get("models", [case["model"]])}
+def _offline(config: dict, name: str) -> str:
+    """Whether target ``name`` runs on bundled data: the datasets of the cases its
+    selections pick (``plan.points``: datasets, models, clients, partitions) or its study."""
+    target = config["targets"][name]
+    datasets = {plan.find_case(config, point.case)["dataset"] for point in plan.points(config)
+                if point.target == name}
     if "study" in target:
         datasets |= set(STUDIES[target["study"]["kind"]].datasets(target["study"]))
     needed = sorted(datasets - OFFLINE)
@@ -36,6 +37,7 @@ def targets_table(configs: list[Path]) -> str:
                      if key in target or (key == "reference" and name in config["reference"])]
             files += [f"{name}{panel}.png" for panel, _ in cfg.figure_specs(target)]
             command = f"`snakemake --cores all --configfile {path.as_posix()} {folder}`"
-            lines.append(f"| {path.stem} | {name} | {target['title']} | {command} | "
-                         f"`{folder}/`: {', '.join(files)} | {_offline(config, target)} |")
+            title = target["title"].replace("|", r"\|")  # |w| is no cell border
+            lines.append(f"| {path.stem} | {name} | {title} | {command} | "
+                         f"`{folder}/`: {', '.join(files)} | {_offline(config, name)} |")
     return "\n".join(lines) + "\n"

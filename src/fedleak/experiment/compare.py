@@ -6,8 +6,8 @@ from pathlib import Path
 
 from fedleak.experiment import plan
 from fedleak.experiment.gather import target_inputs
+from fedleak.report.reference import compare as beside
 from fedleak.report.targets import build_table, select_rows
-from fedleak.report.targets import compare as beside
 
 
 def compare(config: dict, results: Path) -> str:

@@ -269,10 +269,22 @@ def _validate_targets(config: dict) -> None:
             raise ConfigError(f"invalid config: 'reference.{name}': not a target (expected one "
                               f"of {sorted(config['targets'])})")
         width = len(reference["columns"])
+        table = config["targets"][name].get("table", {})
+        keys = [c for c in reference["columns"]
+                if c in (*table.get("rows", []), *table.get("columns", []))]
         for i, row in enumerate(reference["rows"]):
             if len(row) != width:
                 raise ConfigError(f"invalid config: 'reference.{name}.rows[{i}]' has {len(row)} "
                                   f"values, expected {width} (one per column)")
+            for column, cell in zip(reference["columns"], row):
+                where = (cell.get("to") or cell.get("from") or {}) if isinstance(cell, Mapping) \
+                    else {}
+                unknown = sorted(set(where) - set(keys))
+                if unknown or (where and column in keys):
+                    raise ConfigError(
+                        f"invalid config: 'reference.{name}.rows[{i}]': {column!r}'s baseline "
+                        f"{where} names {unknown[0] if unknown else column!r}; expected a "
+                        f"metric's cell whose baseline changes some of the row keys {keys}")
 
 
 def _validate_combinations(config: dict) -> None:

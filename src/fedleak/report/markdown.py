@@ -38,15 +38,25 @@ def setting_summary(tradeoff: pd.DataFrame) -> pd.DataFrame:
 
 
 def beside(comparison: pd.DataFrame) -> pd.DataFrame:
-    """The comparison with one "ours (paper)" cell per metric."""
+    """The comparison with one "ours (paper)" cell per metric, the paper's with its kind
+    where it is not a value ("0.41 (< 0.3)", "5 (8.2, ratio to defense=dp)")."""
     metrics = [c.removesuffix("_paper") for c in comparison.columns if c.endswith("_paper")]
     keys = [c for c in comparison.columns
-            if c not in metrics and not c.endswith(("_paper", "_diff"))]
+            if c not in metrics and not c.endswith(("_paper", "_diff", "_kind"))]
     out = comparison[keys].copy()
     for metric in metrics:
-        out[metric] = [f"{ours:.3g} ({paper:.3g})" for ours, paper
-                       in zip(comparison[metric], comparison[f"{metric}_paper"])]
+        kinds = comparison.get(f"{metric}_kind", pd.Series("value", index=comparison.index))
+        out[metric] = [f"{ours:.3g} ({_paper_text(paper, kind)})" for ours, paper, kind
+                       in zip(comparison[metric], comparison[f"{metric}_paper"], kinds)]
     return out
+
+
+def _paper_text(paper: float, kind: str) -> str:
+    if kind == "value":
+        return f"{paper:.3g}"
+    if kind.endswith("bound"):
+        return f"{kind.split()[0]} {paper:.3g}"
+    return f"{paper:.3g}, {kind}"
 
 
 def attribute_summary(attribute: pd.DataFrame) -> pd.DataFrame:

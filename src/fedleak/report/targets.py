@@ -11,7 +11,6 @@ the rows whose columns hold the listed values (:func:`select_rows`).
 
 from __future__ import annotations
 
-import itertools
 import textwrap
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -32,6 +31,7 @@ from fedleak.config import figure_specs  # noqa: E402
 from fedleak.report.attribute import attribute_tradeoff  # noqa: E402
 from fedleak.report.figures import save_figure  # noqa: E402
 from fedleak.report.privacy_grid import privacy_grid_figure  # noqa: E402
+from fedleak.report.reference import compare, paper_values, same  # noqa: E402
 from fedleak.report.style import (  # noqa: E402
     case_text,
     finish,
@@ -95,18 +95,22 @@ def split_metric(metric: str) -> tuple[str, str]:
     return column, stat or "mean"
 
 
-def _aggregate(frame: pd.DataFrame, keys: list[str], metrics: list[str]) -> pd.DataFrame:
-    """One row per combination of ``keys`` with each metric's statistic over its rows."""
+def _aggregate(frame: pd.DataFrame, keys: list[str], metrics: list[str],
+               over: str = "all") -> pd.DataFrame:
+    """One row per combination of ``keys`` with each metric's statistic over its rows, or
+    (``over`` "successes") over its successful victims' rows, the ASR over all of them."""
     if frame.empty:
         return pd.DataFrame(columns=[*keys, *metrics])
     grouped = frame.groupby(keys, dropna=False, sort=True)
+    counted = grouped if over == "all" else frame[frame["ssim"] > SUCCESS_SSIM].groupby(
+        keys, dropna=False, sort=True)
     out = {}
     for metric in metrics:
         column, stat = split_metric(metric)
         if stat == "asr":
             out[metric] = grouped[column].agg(lambda v: float((v > SUCCESS_SSIM).mean()))
-        else:
-            out[metric] = grouped[column].agg(STATISTICS[stat])
+        else:  # a row without successes: NaN
+            out[metric] = counted[column].agg(STATISTICS[stat])
     return pd.DataFrame(out).reset_index()
 
 
@@ -133,7 +137,7 @@ def select_rows(inputs: TargetInputs, where: dict | None) -> TargetInputs:
         for column, values in where.items():
             if column in frame:
                 mask &= frame[column].map(
-                    lambda v, wanted=values: any(_same(v, w) for w in wanted)).to_numpy(dtype=bool)
+                    lambda v, wanted=values: any(same(v, w) for w in wanted)).to_numpy(dtype=bool)
         return frame[mask].reset_index(drop=True)
 
     return replace(inputs, **{f.name: kept(getattr(inputs, f.name)) for f in fields(inputs)
@@ -143,48 +147,12 @@ def select_rows(inputs: TargetInputs, where: dict | None) -> TargetInputs:
 def build_table(spec: dict, inputs: TargetInputs) -> pd.DataFrame:
     """The target's tidy table: its row and column keys, then its metrics."""
     keys = [*spec["rows"], *spec.get("columns", [])]
-    return _aggregate(_source(inputs, spec["metrics"]), keys, spec["metrics"])
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return bool(np.isclose(a, b, rtol=1e-9, atol=0))
-    return str(a) == str(b)
-
-
-def compare(table: pd.DataFrame, keys: list[str], reference: dict
-            ) -> tuple[pd.DataFrame, dict[str, str]]:
-    """Our values beside the paper's for every reference row (``<metric>``, ``<metric>_paper``,
-    ``<metric>_diff``), and per metric how often the order of two rows agrees with the paper's
-    (pairs of rows that differ only in the last key column)."""
-    paper = pd.DataFrame(reference["rows"], columns=reference["columns"])
-    keys = [c for c in reference["columns"] if c in keys]
-    metrics = [c for c in reference["columns"] if c not in keys]
-    rows = []
-    for _, ref in paper.iterrows():
-        match = table[np.logical_and.reduce([table[k].map(lambda v, r=ref[k]: _same(v, r))
-                                             for k in keys])] if keys else table
-        ours = match.iloc[0] if len(match) == 1 else None
-        row = {k: ref[k] for k in keys}
-        for metric in metrics:
-            value = float(ours[metric]) if ours is not None and metric in ours else np.nan
-            row.update({metric: value, f"{metric}_paper": float(ref[metric]),
-                        f"{metric}_diff": value - float(ref[metric])})
-        rows.append(row)
-    comparison = pd.DataFrame(rows)
-    agreement = {}
-    groups = comparison.groupby(keys[:-1], sort=False) if len(keys) > 1 else [((), comparison)]
-    for metric in metrics:
-        agree = total = 0
-        for _, group in groups:
-            for (_, a), (_, b) in itertools.combinations(group.iterrows(), 2):
-                paper_sign = np.sign(a[f"{metric}_paper"] - b[f"{metric}_paper"])
-                ours_sign = np.sign(a[metric] - b[metric])
-                if paper_sign != 0 and not np.isnan(paper_sign) and not np.isnan(ours_sign):
-                    total += 1
-                    agree += int(paper_sign == ours_sign)
-        agreement[metric] = f"{agree}/{total}" if total else "-"
-    return comparison, agreement
+    source = _source(inputs, spec["metrics"])
+    over = spec.get("over", "all")
+    if over == "successes" and "ssim" not in source:
+        raise ValueError(f"table.over: successes needs victims with an SSIM; the metrics "
+                         f"{spec['metrics']} read {sorted(source.columns)[:8]}")
+    return _aggregate(source, keys, spec["metrics"], over)
 
 
 # ------------------------------------------------------------------------------------
@@ -201,13 +169,6 @@ def _panels(data: pd.DataFrame, panels: str | None) -> list[tuple[str, pd.DataFr
     if panels is None:
         return [("", data)]
     return [(f"{panels} = {value}", part) for value, part in data.groupby(panels, sort=True)]
-
-
-def _paper_rows(reference: dict | None, needed: list[str]) -> pd.DataFrame:
-    """The paper's rows with the ``needed`` columns (empty where it gives none of them)."""
-    if not reference or not set(needed) <= set(reference["columns"]):
-        return pd.DataFrame(columns=needed)
-    return pd.DataFrame(reference["rows"], columns=reference["columns"])[needed]
 
 
 PAPER = Line2D([], [], color="grey", marker="o", markerfacecolor="none", linestyle="none",
@@ -228,13 +189,13 @@ def line_figure(spec: dict, inputs: TargetInputs, title: str,
     keys = [k for k in (x, hue, panels) if k]
     source = _source(inputs, metrics)
     data = _aggregate(source, keys, metrics).assign(_ours=True)
-    paper = _paper_rows(reference, [*keys, y]).assign(_ours=False)
+    paper = paper_values(reference, [*keys, y]).assign(_ours=False)
     if len(metrics) > 1:  # one curve per metric, named by its label
         def long(frame: pd.DataFrame, present: list[str]) -> pd.DataFrame:
             return frame.melt(id_vars=[*keys, "_ours"], value_vars=present, var_name="metric",
                               value_name="value").assign(metric=lambda f: f["metric"].map(
                                   lambda m: LABELS.get(m, m)))
-        paper = pd.concat([long(_paper_rows(reference, [*keys, m]).assign(_ours=False), [m])
+        paper = pd.concat([long(paper_values(reference, [*keys, m]).assign(_ours=False), [m])
                            for m in metrics], ignore_index=True)
         data, hue, y = long(data, metrics), "metric", "value"
     both = pd.concat([data, paper], ignore_index=True) if len(paper) else data

@@ -1,0 +1,136 @@
+"""The paper's numbers beside ours (a target's ``reference:``), each of its kind.
+
+A reference row's metric cell is one of:
+
+- a number: the paper's value;
+- ``{"<": b}`` or ``{">": b}``: a bound the paper states ("below 30 %");
+- ``{ratio: r, to: {key: value}}``: our value over ours on the baseline row, the row with
+  those keys changed (RecUP-FL Figs. 6, 13: "8.2 times DP's MSE");
+- ``{reduction: r, from: {key: value}}``: 1 - our value over ours on the baseline row
+  ("reduces the ASR by 33.18 %": r = 0.3318).
+
+Ours is computed the same way before the two are set side by side. The difference is
+ours minus the paper's, and for a bound 0 where ours keeps it, else how far it misses.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+BOUNDS = ("<", ">")
+
+
+def same(a, b) -> bool:
+    """Whether a table's key value is a reference's (numbers to 1e-9 relative)."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return bool(np.isclose(a, b, rtol=1e-9, atol=0))
+    return str(a) == str(b)
+
+
+def kind(cell) -> str:
+    """value, <, >, ratio or reduction."""
+    if not isinstance(cell, Mapping):
+        return "value"
+    return next(k for k in (*BOUNDS, "ratio", "reduction") if k in cell)
+
+
+def number(cell) -> float:
+    """The paper's number in ``cell``, whatever its kind."""
+    return float(cell[kind(cell)] if isinstance(cell, Mapping) else cell)
+
+
+def baseline(cell) -> dict:
+    """The keys that name a ratio's or a reduction's baseline row ({} otherwise)."""
+    return dict(cell.get("to") or cell.get("from") or {}) if isinstance(cell, Mapping) else {}
+
+
+def _row(table: pd.DataFrame, where: Mapping) -> pd.Series | None:
+    """The one row of ``table`` with these key values (None: none, or several)."""
+    match = table[np.logical_and.reduce([table[k].map(lambda v, r=value: same(v, r))
+                                         for k, value in where.items()])] if where else table
+    return match.iloc[0] if len(match) == 1 else None
+
+
+def _ours(table: pd.DataFrame, where: dict, metric: str, cell) -> float:
+    """Our number for ``cell``: our value, or its ratio or reduction against the baseline."""
+    row = _row(table, where)
+    value = float(row[metric]) if row is not None and metric in row else np.nan
+    if kind(cell) in ("ratio", "reduction"):
+        base = _row(table, {**where, **baseline(cell)})
+        base_value = float(base[metric]) if base is not None else np.nan
+        share = value / base_value if base_value else np.nan
+        return share if kind(cell) == "ratio" else 1 - share
+    return value
+
+
+def _difference(cell, ours: float) -> float:
+    paper = number(cell)
+    if kind(cell) == "<":
+        return 0.0 if ours < paper else ours - paper
+    if kind(cell) == ">":
+        return 0.0 if ours > paper else ours - paper
+    return ours - paper
+
+
+def _described(cell) -> str:
+    if kind(cell) in BOUNDS:
+        return f"{kind(cell)} bound"
+    if kind(cell) == "value":
+        return "value"
+    where = ", ".join(f"{k}={v}" for k, v in baseline(cell).items())
+    return f"{kind(cell)} {'to' if kind(cell) == 'ratio' else 'from'} {where}"
+
+
+def compare(table: pd.DataFrame, keys: list[str], reference: dict
+            ) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Our values beside the paper's for every reference row (``<metric>``, ``<metric>_paper``,
+    ``<metric>_diff``, and ``<metric>_kind`` where a metric has cells of another kind than a
+    value), and per metric how often the order of two rows agrees with the paper's (pairs
+    of rows that differ only in the last key column; bounds are not ordered)."""
+    paper = pd.DataFrame(reference["rows"], columns=reference["columns"])
+    keys = [c for c in reference["columns"] if c in keys]
+    metrics = [c for c in reference["columns"] if c not in keys]
+    kinds = {m: any(kind(c) != "value" for c in paper[m]) for m in metrics}
+    rows = []
+    for _, ref in paper.iterrows():
+        where = {k: ref[k] for k in keys}
+        row = dict(where)
+        for metric in metrics:
+            cell = ref[metric]
+            ours = _ours(table, where, metric, cell)
+            row.update({metric: ours, f"{metric}_paper": number(cell),
+                        f"{metric}_diff": _difference(cell, ours)})
+            if kinds[metric]:
+                row[f"{metric}_kind"] = _described(cell)
+        rows.append(row)
+    comparison = pd.DataFrame(rows)
+    agreement = {}
+    groups = comparison.groupby(keys[:-1], sort=False) if len(keys) > 1 else [((), comparison)]
+    for metric in metrics:
+        agree = total = 0
+        for _, group in groups:
+            ordered = [r for _, r in group.iterrows()
+                       if not str(r.get(f"{metric}_kind", "value")).endswith("bound")]
+            for a, b in itertools.combinations(ordered, 2):
+                paper_sign = np.sign(a[f"{metric}_paper"] - b[f"{metric}_paper"])
+                ours_sign = np.sign(a[metric] - b[metric])
+                if paper_sign != 0 and not np.isnan(paper_sign) and not np.isnan(ours_sign):
+                    total += 1
+                    agree += int(paper_sign == ours_sign)
+        agreement[metric] = f"{agree}/{total}" if total else "-"
+    return comparison, agreement
+
+
+def paper_values(reference: dict | None, needed: list[str]) -> pd.DataFrame:
+    """The paper's rows with the ``needed`` columns, values only (a figure draws them beside
+    ours; empty where the reference gives none of them)."""
+    if not reference or not set(needed) <= set(reference["columns"]):
+        return pd.DataFrame(columns=needed)
+    rows = pd.DataFrame(reference["rows"], columns=reference["columns"])[needed]
+    plain = np.logical_and.reduce([rows[c].map(lambda v: not isinstance(v, Mapping))
+                                   for c in needed])
+    return rows[plain].reset_index(drop=True)
