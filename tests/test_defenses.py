@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from fedleak import defenses
+from fedleak.defenses.soteria import defended_layer
 from fedleak.models import LeNet
 
 
@@ -119,6 +120,25 @@ def test_soteria_vectorised_mask_equals_the_per_feature_loop(digits, channels):
     fast, slow = feature_scores(model, x), feature_scores_loop(model, x)
     torch.testing.assert_close(fast, slow, rtol=1e-4, atol=1e-6)
     assert torch.equal(soteria_mask(fast, 0.3), soteria_mask(slow, 0.3))
+    chunked = feature_scores(model, x, feature_chunk=100)  # 768 features: 8 passes a sample
+    torch.testing.assert_close(chunked, fast, rtol=1e-5, atol=1e-7)
+    assert torch.equal(soteria_mask(chunked, 0.3), soteria_mask(fast, 0.3))
+
+
+def test_soteria_in_feature_chunks_keeps_the_mask_on_a_resnet():
+    """A ResNet with BatchNorm (the Table 5 models): chunks of features give the vectorised
+    pass's upload, in bounded memory."""
+    from fedleak.models import build
+
+    torch.manual_seed(0)
+    model = build("resnet10", channels=3, num_classes=10, image_size=16)
+    x = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    ctx = defenses.DefenseContext(model=model, x=x, y=torch.tensor([1, 2]))
+    whole = defenses.build("soteria", ratio=0.3)(ctx)
+    chunked = defenses.build("soteria", ratio=0.3, feature_chunk=64)(ctx)
+    key = defended_layer(model)
+    assert torch.equal(whole[key] == 0, chunked[key] == 0)
+    torch.testing.assert_close(chunked[key], whole[key])
 
 
 def test_soteria_zeroes_fc_columns_only(context):

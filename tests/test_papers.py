@@ -19,6 +19,7 @@ from test_pipeline import ENV, copy_project, run
 
 from fedleak import config as cfg
 from fedleak.experiment import catalog, configuration, plan
+from fedleak.experiment.phases.aggregate import undeclared_departures
 
 PAPERS = sorted((REPO / "config" / "paper").glob("*.yaml"))
 README = (REPO / "README.md").read_text()
@@ -80,6 +81,8 @@ def assert_every_target_made(results: Path, config: dict, compared: str) -> None
             name, files)
         assert (name not in config["reference"]) or f"{name}_vs_paper.csv" in files
     report = (results / "report.md").read_text()
+    assert all(f"the paper: {d['paper']}; ours: {d['ours']}." in report
+               for d in config["departures"])
     assert all(f"## {name}:" in report for name in config["targets"])
     assert all(f"{name}: " in compared for name in config["reference"])
     summary = compared[compared.index("pairs of rows ordered as in the paper"):]
@@ -133,6 +136,28 @@ def test_readme_targets_table_is_generated_from_the_configs(monkeypatch):
                           *[str(p.relative_to(REPO)) for p in PAPERS]], cwd=REPO, env=ENV,
                          capture_output=True, text=True)
     assert cli.returncode == 0 and cli.stdout == table
+
+
+@pytest.mark.parametrize("paper", [p.stem for p in PAPERS])
+def test_every_substitution_of_a_full_run_is_a_listed_departure(paper):
+    """A prior trained in the pipeline, an evaluation network on the bundled images or a
+    stand-in dataset in full mode is named by a `departures:` entry (each with the paper's
+    way, ours and why), so that the report says it."""
+    config = configuration.load(REPO / "config" / "paper" / f"{paper}.yaml")
+    assert config["departures"] and all(d["paper"] and d["ours"] and d["why"]
+                                        for d in config["departures"])
+    assert undeclared_departures(config, Path("results")) == []
+
+
+def test_an_unlisted_substitution_is_found_and_a_bad_departure_key_refused():
+    gias = cfg.read(REPO / "config" / "paper" / "gias.yaml")
+    config = configuration.validate({**gias, "departures": [], "datasets": {
+        **gias["datasets"], "cifar10": {"stand_in": "digits"}}})
+    assert undeclared_departures(config, Path("results")) == [
+        "datasets.cifar10.stand_in", "gan.kind"]
+    with pytest.raises(cfg.ConfigError, match=r"'departures\[0\].key': 'gan.knd' is not a"):
+        configuration.validate({**gias, "departures": [
+            {"key": "gan.knd", "paper": "p", "ours": "o", "why": "w"}]})
 
 
 def test_the_catalog_names_the_data_of_the_cases_a_target_selects():

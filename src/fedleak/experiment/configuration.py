@@ -264,6 +264,14 @@ def _validate_targets(config: dict) -> None:
                 raise ConfigError(f"invalid config: 'targets.{name}.figure'{panel}: several y "
                                   f"metrics ({figure['y']}) draw one curve each; expected no "
                                   f"hue ({figure['hue']!r}) beside them")
+    for i, departure in enumerate(config["departures"]):
+        if "key" in departure:
+            try:
+                get_path(config, departure["key"])
+            except KeyError:
+                raise ConfigError(f"invalid config: 'departures[{i}].key': "
+                                  f"{departure['key']!r} is not a path of the configuration "
+                                  f"(expected e.g. 'gan.kind')") from None
     for name, reference in config["reference"].items():
         if name not in config["targets"]:
             raise ConfigError(f"invalid config: 'reference.{name}': not a target (expected one "

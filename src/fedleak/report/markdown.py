@@ -91,11 +91,19 @@ def _target_section(target: TargetResult, report_path: Path) -> list[str]:
     return lines
 
 
+def _departure_line(departure: dict) -> str:
+    key = f"`{departure['key']}`: " if "key" in departure else ""
+    return (f"- {key}the paper: {departure['paper']}; ours: {departure['ours']}. "
+            f"Why: {departure['why']}")
+
+
 def write_report(tables: dict[str, pd.DataFrame], figures: list[Path],
                  targets: list[TargetResult], report_path: Path,
-                 title: str = "fedleak report", substitutions: list[str] | None = None) -> Path:
+                 title: str = "fedleak report", substitutions: list[str] | None = None,
+                 departures: list[dict] | None = None) -> Path:
     """Write the markdown report to ``report_path`` (atomic, no timestamps) and return it;
-    ``substitutions`` say what stands in for the paper's data and priors."""
+    ``substitutions`` say what stands in for the paper's data and priors, ``departures``
+    (the configuration's) where else it differs from the paper."""
     report_path = Path(report_path)
     sections = [f"# {title}",
                 "Made by `fedleak aggregate` from the pipeline's metrics files; rerunning "
@@ -103,6 +111,9 @@ def write_report(tables: dict[str, pd.DataFrame], figures: list[Path],
                 "undefended accuracy x 100 (Refiner §5.3)."]
     if substitutions:
         sections += ["## Stand-ins", "\n".join(f"- {line}" for line in substitutions)]
+    if departures:
+        sections += ["## Departures from the paper",
+                     "\n".join(_departure_line(d) for d in departures)]
     if "matched_utility" in tables:  # the one table people ask for first (issue 33)
         sections += markdown_section(tables["matched_utility"])
     for target in targets:

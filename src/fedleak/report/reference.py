@@ -2,7 +2,7 @@
 
 A reference row's metric cell is one of:
 
-- a number: the paper's value;
+- a number: the paper's value (null: the paper gives none for that row);
 - ``{"<": b}`` or ``{">": b}``: a bound the paper states ("below 30 %");
 - ``{ratio: r, to: {key: value}}``: our value over ours on the baseline row, the row with
   those keys changed (RecUP-FL Figs. 6, 13: "8.2 times DP's MSE");
@@ -39,8 +39,9 @@ def kind(cell) -> str:
 
 
 def number(cell) -> float:
-    """The paper's number in ``cell``, whatever its kind."""
-    return float(cell[kind(cell)] if isinstance(cell, Mapping) else cell)
+    """The paper's number in ``cell``, whatever its kind (NaN: the paper gives none)."""
+    value = cell[kind(cell)] if isinstance(cell, Mapping) else cell
+    return np.nan if value is None else float(value)
 
 
 def baseline(cell) -> dict:

@@ -72,6 +72,26 @@ def substitutions(config: dict) -> list[str]:
     return lines
 
 
+def substituted_keys(config: dict, results: Path) -> list[str]:
+    """The configuration paths at which this configuration's plan replaces the paper's own:
+    a dataset's stand-in, a prior trained in the pipeline (every paper's is pretrained), an
+    evaluation network trained on the bundled natural images."""
+    jobs = pipeline.walk(config, results)
+    datasets = {case["dataset"] for case in config["cases"]} | {
+        job["dataset"] for job in jobs["train_gan"]}
+    keys = [f"datasets.{name}.stand_in" for name in sorted(datasets)
+            if config["datasets"].get(name, {}).get("stand_in")]
+    keys += ["gan.kind"] if jobs["train_gan"] else []
+    keys += ["evalnet.dataset"] if jobs["train_evalnet"] else []
+    return keys
+
+
+def undeclared_departures(config: dict, results: Path) -> list[str]:
+    """The substituted keys (:func:`substituted_keys`) that no ``departures:`` entry names."""
+    named = {departure.get("key") for departure in config["departures"]}
+    return [key for key in substituted_keys(config, results) if key not in named]
+
+
 def aggregate(config: dict, results: Path) -> None:
     """The standard tables and figures and report.md (with every target's result)."""
     # Imported by the job, not with the declaration: every Snakemake start (and each
@@ -98,7 +118,7 @@ def aggregate(config: dict, results: Path) -> None:
     targets = [report.load_target(paths.target_dir(results, name))
                for name in plan.targets(config)]
     report.write_report(made, drawn, targets, paths.report(results), title=config["title"],
-                        substitutions=substitutions(config))
+                        substitutions=substitutions(config), departures=config["departures"])
 
 
 def _outputs(config: dict, results: Path, jobs: pipeline.Jobs | None) -> dict:
