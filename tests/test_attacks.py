@@ -45,7 +45,7 @@ def test_observation_rejects_a_gradient_of_another_model(digits):
 
 @pytest.fixture(scope="module")
 def digit_victims(digits):
-    return victims(digits, 10)
+    return victims(digits, 6)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_dlg_recovers_most_digits_within_300_steps(digit_victims, dlg_full):
     scores = [metrics.ssim(rec.images, v[1]) for rec, v in zip(dlg_full, digit_victims)]
     print("DLG SSIM per victim:", np.round(scores, 3).tolist())
     assert all(rec.iterations <= 300 for rec in dlg_full)
-    assert sum(s >= 0.9 for s in scores) >= 7
+    assert sum(s >= 0.9 for s in scores) >= 4
 
 
 def test_idlg_infers_every_single_image_label(digits, mnist_root):
@@ -119,7 +119,7 @@ def test_hybrid_early_stopping_on_mnist_keeps_success_and_halves_iterations(mnis
     attack), full 300 L-BFGS steps vs hybrid early stopping (T = 1e-5, P = 15)."""
     from fedleak.data import load_mnist
 
-    pool = victims(load_mnist(mnist_root), 20, seed=42)
+    pool = victims(load_mnist(mnist_root), 12, seed=42)
     full = [run("idlg", v, seed=i) for i, v in enumerate(pool)]
     early = [run("idlg", v, seed=i, stopper=HYBRID) for i, v in enumerate(pool)]
 

@@ -18,7 +18,7 @@ from test_pipeline import SNAKEMAKE, copy_project, run
 
 from fedleak import attacks, config, defenses
 from fedleak.attacks.prior import BigGANPrior, DCGANPrior, StyleGAN2Prior
-from fedleak.experiment import artifacts, configuration, pipeline, priors
+from fedleak.experiment import artifacts, configuration, pipeline, plan, priors
 from fedleak.experiment.job import Job
 from fedleak.experiment.phases.attack import build_attack, needed
 from fedleak.models.biggan import BigGANGenerator
@@ -206,7 +206,6 @@ def test_gias_untrained_is_the_kind_s_architecture_with_seeded_weights(weights):
 @pytest.mark.parametrize("gan, expected", [
     ({"kind": "stylegan2", "resolution": 64},
      "'gan.weights': gan.kind stylegan2 is pretrained; expected the path"),
-    ({"weights": "g.pt"}, "'gan.weights': the dcgan prior is trained in the pipeline"),
     ({"resolution": 48}, "'gan.resolution': 48 is not a DCGAN size; expected 32 or 64"),
     ({"kind": "stylegan2", "weights": "g.pt", "resolution": 48},
      "'gan.resolution': 48 is not a stylegan2 size; expected a power of 2, at least 4"),
@@ -217,8 +216,12 @@ def test_gias_untrained_is_the_kind_s_architecture_with_seeded_weights(weights):
      "'gan.biggan.widths': null (the port's) needs 'gan.resolution' 128, 256 or 512"),
     ({"kind": "biggan", "weights": "g.bin", "resolution": 128, "biggan": {"classes": [3, 1000]}},
      "'gan.biggan.classes': class 1000 is not one of the generator's; expected 0..999"),
-], ids=["no_weights", "dcgan_weights", "dcgan_size", "stylegan2_size", "stylegan2_widths",
-        "biggan_port_widths", "biggan_class"])
+    ({"kind": "stylegan2", "weights": "g.pt", "resolution": 64,
+      "by_dataset": {"natural": {"kind": "biggan", "weights": "b.bin", "resolution": 64}}},
+     "'gan.by_dataset.natural.biggan.widths': null (the port's) needs "
+     "'gan.by_dataset.natural.resolution' 128, 256 or 512, got 64"),
+], ids=["no_weights", "dcgan_size", "stylegan2_size", "stylegan2_widths",
+        "biggan_port_widths", "biggan_class", "by_dataset_widths"])
 def test_generator_settings_that_do_not_fit_the_kind_are_refused(gan, expected):
     with pytest.raises(config.ConfigError) as error:
         configuration.validate({"gan": gan})
@@ -235,24 +238,61 @@ def test_the_architecture_is_checked_before_any_job(tmp_path):
         "got 64")
     gan["biggan"]["attention_resolution"] = 16
     assert priors.problem(configuration.validate({"gan": gan})).startswith(
-        f"gan.weights: '{tmp_path / 'g.bin'}' does not exist (gan.kind biggan loads")
+        f"gan.weights: '{tmp_path / 'g.bin'}' does not exist (biggan loads")
     (tmp_path / "g.bin").write_bytes(b"")
     assert priors.problem(configuration.validate({"gan": gan})) is None
     assert priors.problem(configuration.validate({})) is None  # the DCGAN: trained here
 
 
-def test_a_pretrained_prior_takes_no_wrong_dataset_and_no_rgap_rows():
+def test_a_dataset_without_a_pretrained_prior_gets_a_dcgan_and_rgap_only_that():
+    """Beside a pretrained prior, an attack's prior_dataset with none is a DCGAN trained
+    here (GIAS Fig. 6's wrong prior), at a DCGAN's resolution; R-GAP's latent search runs
+    only through such a DCGAN."""
     gan = {"kind": "stylegan2", "weights": "g.pt", "resolution": 64}
-    with pytest.raises(config.ConfigError, match=r"'attacks.g.prior_dataset': gan.kind "
-                       r"stylegan2 is the pretrained prior of 'gan.weights', of no pipeline "
-                       r"dataset; expected null, got 'natural'"):
-        configuration.validate({"gan": gan, "attacks": {"g": {"attack": "gias",
-                                                       "prior_dataset": "natural"}}})
+    wrong = {"attacks": {"g": {"attack": "gias", "prior_dataset": "mnist"}}}
+    resolved = configuration.validate({"gan": gan, **wrong})
+    assert priors.pretrained_datasets(resolved) == ["digits"]
+    assert priors.spec(resolved, "mnist")["kind"] == "dcgan"
+    assert priors.spec(resolved)["weights"] == "g.pt"
+    with pytest.raises(config.ConfigError, match=r"'attacks.g.prior_dataset': the prior of "
+                       r"'mnist' is a DCGAN trained here .* 'gan.resolution' 128 does not "
+                       r"fit; expected 32 or 64"):
+        configuration.validate({"gan": {**gan, "resolution": 128}, **wrong})
     with pytest.raises(config.ConfigError, match=r"'attacks.r.prior_layers': R-GAP's latent "
-                       r"search runs through the pipeline's DCGAN; expected 0 with gan.kind "
-                       r"stylegan2, got 2"):
+                       r"search needs a DCGAN trained here; the prior of 'digits' "
+                       r"is pretrained \(gan.kind stylegan2\); expected 0"):
         configuration.validate({"gan": gan,
                                 "attacks": {"r": {"attack": "rgap", "prior_layers": 2}}})
+    configuration.validate({"gan": gan, "attacks": {"r": {
+        "attack": "rgap", "prior_layers": 2, "prior_dataset": "mnist"}}})
+
+
+def test_a_case_of_a_by_dataset_entry_is_attacked_with_its_own_pretrained_prior(weights):
+    """CENSOR's layout: gan.dataset's prior, and one of its own for a dataset of
+    gan.by_dataset (its kind, file and class map); a missing file of either is named by
+    its key before any job."""
+    bg = weights["biggan"][1]["gan"]
+    sg = weights["stylegan2"][1]["gan"]
+    resolved = configuration.validate({
+        "cases": [{"dataset": "digits", "model": "lenet"},
+                  {"dataset": "mnist", "model": "lenet"}],
+        "attacks": {"gga": {"optimizer": "adam", "iterations": 2}},
+        "gan": {**sg, "by_dataset": {"mnist": {k: bg[k] for k in (
+            "kind", "weights", "resolution", "biggan")}}}})
+    assert priors.pretrained_datasets(resolved) == ["digits", "mnist"]
+    results = Path("results")
+    files = {case: artifacts.files(job, needed(job)) for case, job in (
+        (case, Job(resolved, results, case, Setting("none", 0), 0))
+        for case in plan.case_names(resolved))}
+    assert {str(f) for f in files["digits-lenet-iid-k10"]} >= {sg["weights"]}
+    assert {str(f) for f in files["mnist-lenet-iid-k10"]} >= {bg["weights"]}
+    assert isinstance(priors.load(resolved, "mnist"), BigGANPrior)
+    assert isinstance(priors.load(resolved), StyleGAN2Prior)
+    missing = {**resolved["gan"]["by_dataset"]["mnist"], "weights": "absent.bin"}
+    resolved["gan"]["by_dataset"]["mnist"] = missing
+    assert priors.problem(resolved).startswith(
+        "gan.by_dataset.mnist.weights: 'absent.bin' does not exist (biggan loads mnist's "
+        "generator from it")
 
 
 TINY = """threads: 1
@@ -297,10 +337,11 @@ def test_a_pretrained_kind_plans_no_gan_training_and_waits_for_its_file(weights,
     proc = run([*SNAKEMAKE, "-n", "--cores", "1", "--configfile", str(tiny)], root, check=False)
     lines = [line for line in proc.stderr.splitlines() if line.startswith("fedleak: ")]
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert lines == ["fedleak: gan.weights: 'priors/g_ema.pt' does not exist (gan.kind "
-                     "stylegan2 loads its generator from it: expected a rosinality/"
+    assert lines == ["fedleak: gan.weights: 'priors/g_ema.pt' does not exist (stylegan2 "
+                     "loads digits's generator from it: expected a rosinality/"
                      "stylegan2-pytorch checkpoint holding 'g_ema', or the bare g_ema state "
-                     "dict, downloaded to that path)"], proc.stderr
+                     "dict, downloaded to that path); or run DCGANs trained here: --config "
+                     "'gan={kind: dcgan}'"], proc.stderr
     assert not (root / "results" / "config.resolved.json").exists(), "a job could start"
 
 

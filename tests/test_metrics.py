@@ -34,6 +34,35 @@ def test_lpips_is_nan_with_a_reason_when_weights_are_missing(digits, monkeypatch
     assert np.isnan(metrics.lpips(digits.x[:2], digits.x[:2]))
 
 
+def test_lpips_on_vgg_reads_torchvision_s_vgg16_file_from_the_hub_cache(digits, monkeypatch,
+                                                                       tmp_path):
+    """CENSOR's LPIPS (VGG-16 features, `attack.outputs.lpips_net: vgg`) from a VGG-16 file
+    in torchvision's format (random weights here): NaN with a reason before the file is
+    there, then 0 for an image itself and more for a noisier copy; AlexNet's stays NaN."""
+    from torchvision.models import vgg
+
+    from fedleak.metrics import image
+
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+    image._lpips_model.cache_clear()
+    x = digits.x[:2]
+    assert "LPIPS vgg backbone weights not found" in metrics.lpips_unavailable_reason("vgg")
+    assert np.isnan(metrics.lpips(x, x, net="vgg"))
+    torch.manual_seed(0)
+    features = vgg.make_layers(vgg.cfgs["D"])  # VGG-16's convolutions, as vgg16().features
+    path = image.lpips_backbone_path("vgg")
+    path.parent.mkdir(parents=True)
+    torch.save({f"features.{k}": v for k, v in features.state_dict().items()}, path)
+    try:
+        noisy = (x + 0.2 * torch.rand_like(x)).clamp(0, 1)
+        noisier = (x + 0.6 * torch.rand_like(x)).clamp(0, 1)
+        assert metrics.lpips(x, x, net="vgg") == 0.0
+        assert 0 < metrics.lpips(noisy, x, net="vgg") < metrics.lpips(noisier, x, net="vgg")
+        assert np.isnan(metrics.lpips(x, x))
+    finally:
+        image._lpips_model.cache_clear()
+
+
 def test_pmm_is_the_accuracy_ratio():
     assert metrics.pmm(0.45, 0.9) == 50.0
 

@@ -52,21 +52,45 @@ def test_epafl_plans_only_dlg_and_idlg_without_gan_or_evaluation_network(tmp_pat
 
 
 @pytest.mark.slow
-def test_gias_plans_a_prior_per_dataset_giml_for_its_case_and_no_evaluation_network(tmp_path):
-    """`snakemake -n` on GIAS: a DCGAN prior for each dataset whose prior an attack names
-    (ImageNet, FFHQ, the wrong CIFAR-10), GIML's generator for the FFHQ case only, no
-    evaluation network, and every one of the ten targets."""
+def test_gias_full_mode_waits_for_its_stylegan2_files_and_plans_dcgans_only_when_asked(tmp_path):
+    """`snakemake -n` on GIAS: without the StyleGAN2 weights it stops before any job naming
+    `gan.weights`; with them, the attacks read the files, one DCGAN is trained (Fig. 6's
+    wrong prior of CIFAR-10), GIML's generator for the FFHQ case only, no evaluation
+    network, every one of the ten targets; the README's `--config "gan={kind: dcgan}"`
+    trains a DCGAN for every dataset a prior is of instead."""
     root = copy_project(tmp_path / "project")
-    proc = run([*shlex.split("snakemake -n --configfile config/paper/gias.yaml")], root)
+    command = shlex.split("snakemake -n --configfile config/paper/gias.yaml")
+    proc = run(command, root, check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.startswith("fedleak: ")] == [
+        "fedleak: gan.weights: 'priors/stylegan2-imagenet64.pt' does not exist (stylegan2 "
+        "loads imagenet's generator from it: expected a rosinality/stylegan2-pytorch "
+        "checkpoint holding 'g_ema', or the bare g_ema state dict, downloaded to that path; "
+        "from no public file: GIAS's authors trained theirs (their README: bring your own); "
+        "rosinality/stylegan2-pytorch's train.py --size 64 on ImageNet's train split, saved "
+        "as {'g_ema': ...}); or run DCGANs trained here: --config 'gan={kind: dcgan}'"]
+    assert not (root / "results").exists(), "a job could start"
+
+    (root / "priors").mkdir()
+    for name in ("stylegan2-imagenet64.pt", "stylegan2-ffhq-config-f.pt"):
+        (root / "priors" / name).write_bytes(b"")  # planning reads no weights
+    proc = run(command, root)
     jobs = re.findall(r"^(?:local)?rule (\w+):", proc.stdout, flags=re.M)
-    assert "train_evalnet" not in jobs
-    assert jobs.count("train_gan") == 3 and jobs.count("train_giml") == 1
-    gans = set(re.findall(r"results/gan/(\w+)\.pt", proc.stdout))
-    assert gans == {"imagenet", "ffhq", "cifar10"}
+    assert "train_evalnet" not in jobs and jobs.count("train_giml") == 1
+    assert set(re.findall(r"results/gan/(\w+)\.pt", proc.stdout)) == {"cifar10"}
+    assert {"priors/stylegan2-imagenet64.pt", "priors/stylegan2-ffhq-config-f.pt"} <= set(
+        re.findall(r"priors/[\w.-]+", proc.stdout))
     assert re.findall(r"results/giml/([\w-]+)\.pt", proc.stdout)[0].startswith("ffhq-resnet18")
     targets = set(re.findall(r"results/targets/(\w+)", proc.stdout))
     assert targets == {"table1", "fig1", "fig3", "fig4", "fig5", "fig6", "figa1", "figa2",
                        "figa3", "figa4"}
+
+    dcgan = [line for line in README.splitlines() if "gan={kind: dcgan}" in line
+             and line.startswith("snakemake")]  # the README's command, dry
+    proc = run([*shlex.split(dcgan[0]), "-n"], root)
+    assert set(re.findall(r"results/gan/(\w+)\.pt", proc.stdout)) == {
+        "imagenet", "ffhq", "cifar10"}
+    assert "priors/" not in proc.stdout
 
 
 def assert_every_target_made(results: Path, config: dict, compared: str) -> None:
@@ -151,8 +175,9 @@ def test_every_substitution_of_a_full_run_is_a_listed_departure(paper):
 
 def test_an_unlisted_substitution_is_found_and_a_bad_departure_key_refused():
     gias = cfg.read(REPO / "config" / "paper" / "gias.yaml")
-    config = configuration.validate({**gias, "departures": [], "datasets": {
-        **gias["datasets"], "cifar10": {"stand_in": "digits"}}})
+    config = configuration.validate({
+        **gias, "departures": [], "gan": {**gias["gan"], "kind": "dcgan"},
+        "datasets": {**gias["datasets"], "cifar10": {"stand_in": "digits"}}})
     assert undeclared_departures(config, Path("results")) == [
         "datasets.cifar10.stand_in", "gan.kind"]
     with pytest.raises(cfg.ConfigError, match=r"'departures\[0\].key': 'gan.knd' is not a"):
@@ -160,13 +185,21 @@ def test_an_unlisted_substitution_is_found_and_a_bad_departure_key_refused():
             {"key": "gan.knd", "paper": "p", "ours": "o", "why": "w"}]})
 
 
-def test_the_catalog_names_the_data_of_the_cases_a_target_selects():
-    """Refiner Tables 1-2 select the centralised case (`clients: [1]`), only CIFAR-10's."""
-    table = catalog.targets_table([REPO / "config" / "paper" / "refiner.yaml"])
-    rows = {line.split(" | ")[1]: line for line in table.splitlines()[2:]}
-    assert rows["table1"].endswith("| no: needs cifar10 |")
-    assert rows["table2"].endswith("| no: needs cifar10 |")
-    assert "\\|w\\|" in rows["table1"]  # a title's | is no cell border
+def test_the_catalog_names_the_data_and_files_of_the_jobs_a_target_plans():
+    """Refiner Tables 1-2 select the centralised case (`clients: [1]`), only CIFAR-10's;
+    Fig. 4's evaluation network trains on TinyImageNet; GIAS Table 1 reads its StyleGAN2
+    file, Fig. 6 (DCGANs and GIML's generator) none."""
+    table = catalog.targets_table([REPO / "config" / "paper" / "refiner.yaml",
+                                   REPO / "config" / "paper" / "gias.yaml"])
+    rows = {tuple(line.split(" | ")[:2]): line for line in table.splitlines()[2:]}
+    assert rows[("| refiner", "table1")].endswith("| no: needs cifar10 |")
+    assert rows[("| refiner", "table2")].endswith("| no: needs cifar10 |")
+    assert "\\|w\\|" in rows[("| refiner", "table1")]  # a title's | is no cell border
+    assert rows[("| refiner", "fig4")].endswith(
+        "| no: needs cifar10, cifar100, svhn, tinyimagenet |")
+    assert rows[("| gias", "table1")].endswith(
+        "| no: needs imagenet, priors/stylegan2-imagenet64.pt |")
+    assert rows[("| gias", "fig6")].endswith("| no: needs cifar10, ffhq |")
 
 
 def test_every_paper_config_has_a_readme_smoke_line():

@@ -85,3 +85,40 @@ def test_upload_lies_within_epsilon_of_the_true_gradient(evalnet, context, epsil
 def test_refiner_needs_the_evaluation_network():
     with pytest.raises(ValueError, match="evaluation network"):
         defenses.build("refiner", evalnet=None)
+
+
+def test_the_evaluation_network_trains_on_tinyimagenet_s_train_folder(tmp_path):
+    """App. D: `evalnet.dataset: tinyimagenet` reads TinyImageNet's own layout
+    (train/<wnid>/images/*.JPEG, written here: 2 classes of 6 photos), all of it the
+    `train` split, and trains the network for the digits' 1x16x16 images on it."""
+    import json
+
+    from conftest import tiny_config
+    from PIL import Image
+
+    from fedleak.experiment import configuration, paths
+    from fedleak.experiment.phases.prepare_data import prepare_data
+    from fedleak.experiment.phases.train_evalnet import train_evalnet
+
+    rng = np.random.default_rng(0)
+    for wnid in ("n01443537", "n01629819"):
+        folder = tmp_path / "tiny-imagenet-200" / "train" / wnid / "images"
+        folder.mkdir(parents=True)
+        for i in range(6):
+            pixels = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / f"{wnid}_{i}.JPEG", "JPEG")
+    config = configuration.validate({
+        **tiny_config(), "evalnet": {"dataset": "tinyimagenet", "epochs": 1, "batch_size": 4,
+                                     "widths": [4, 8, 8]},
+        "datasets": {"digits": {"channels": 1, "size": 16}, "tinyimagenet": {
+            "root": str(tmp_path / "tiny-imagenet-200"), "split": "train", "size": 32,
+            "splits": {"train": 1.0, "public": 0.0, "test": 0.0}}}})
+    results = tmp_path / "results"
+    for dataset in ("digits", "tinyimagenet"):
+        prepare_data(config, results, dataset)
+    manifest = json.loads(paths.data_manifest(results, "tinyimagenet").read_text())
+    assert manifest["splits"]["train"]["count"] == 12 and manifest["shape"] == [3, 32, 32]
+    train_evalnet(config, results, "digits")
+    log = json.loads(paths.evalnet_file(results, "digits").with_suffix(".json").read_text())
+    assert log["trained_on"] == "tinyimagenet" and log["input_shape"] == [1, 16, 16]
+    assert len(log["epoch_losses"]) == 1 and np.isfinite(log["epoch_losses"]).all()

@@ -179,10 +179,37 @@ def test_a_reference_cell_is_compared_as_its_kind():
         "source": "x", "columns": ["round", "defense", "mse"], "rows": [[0, "dp", 0.02]]})[0]
 
 
+def test_a_cell_with_best_picks_its_row_among_those_that_keep_its_bounds():
+    """Refiner Figs. 7 and 10: no strength named, so the largest (or smallest) value over a
+    defense's strengths whose PMM keeps the bound, and a difference between two such picks."""
+    table = pd.DataFrame({"defense": ["ref"] * 3 + ["sot"] * 3, "strength": [1, 2, 3] * 2,
+                          "pmm": [99.5, 99.2, 90.0, 99.9, 98.0, 80.0],
+                          "noise_ratio": [0.1, 0.35, 0.6, 0.15, 0.3, 0.5],
+                          "psnr": [20.0, 17.0, 12.0, 21.0, 19.0, 10.0]})
+    over = {"pmm": {">": 99}}
+    reference = {"source": "x", "columns": ["defense", "noise_ratio", "psnr"],
+                 "rows": [["ref", {"value": 0.3, "best": "max", "over": over},
+                           {"difference": -3, "to": {"defense": "sot"}, "best": "min",
+                            "over": {"pmm": {">": 95}}}],
+                          ["sot", {"value": 0.2, "best": "max", "over": over}, None]]}
+    comparison, agreement = compare(table, ["defense", "strength"], reference)
+    got = comparison.set_index("defense")
+    assert got.loc["ref", "noise_ratio"] == pytest.approx(0.35)  # strength 3 loses PMM
+    assert got.loc["sot", "noise_ratio"] == pytest.approx(0.15)
+    assert got.loc["ref", "psnr"] == pytest.approx(17.0 - 19.0)
+    assert got.loc["ref", "psnr_diff"] == pytest.approx(1.0)
+    assert got.loc["ref", "noise_ratio_kind"] == "value, max over rows with pmm > 99"
+    assert got.loc["ref", "psnr_kind"] == "difference to defense=sot, min over rows with pmm > 95"
+    assert agreement["noise_ratio"] == "1/1"  # 0.35 > 0.15 as 0.3 > 0.2
+
+
 @pytest.mark.parametrize("cell, message", [
     ({"ratio": 2.0, "to": {"attack": "dlg"}}, "names 'attack'"),
     ({"ratio": 2.0}, "reference.t.rows"),
     ({"~": 0.3}, "reference.t.rows"),
+    ({"value": 0.3, "over": {"pmm": {">": 99}}}, "reference.t.rows"),  # over without best
+    ({"value": 0.3, "best": "max", "over": {"pmm": {">": 99, "<": 100}}}, "reference.t.rows"),
+    ({"<": 0.3, ">": 0.1}, "reference.t.rows"),
 ])
 def test_a_reference_cell_of_unknown_form_or_baseline_is_refused(cell, message):
     with pytest.raises(config.ConfigError, match=message):

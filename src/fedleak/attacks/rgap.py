@@ -24,10 +24,9 @@ rows is divided by the norm of its coefficients (k_r or W_r), so the gradient bl
 lost beside the forward block; the system is solved through A^T A (A is sparse; A itself
 would take up to 1 GB per layer on CNN6). ``rcond`` defaults to 1e-7 (the official
 ``numpy.linalg.lstsq(rcond=None)`` on float32 cuts at 1.2e-7 x max(rows, columns)).
-``extra["layers"]`` holds, input layer first, each layer's rank analysis (unknowns,
-gradient and forward constraints, numerical rank), relative residual and how it was
-solved; the recovered input of every layer is in ``extra["inputs"]`` for
-:func:`fedleak.metrics.layer_errors` (the attack phase records both per victim).
+``extra["layers"]``: per layer, input first, its rank analysis (unknowns, gradient and
+forward constraints, numerical rank), residual and how it was solved; ``extra["inputs"]``:
+each layer's recovered input, for :func:`fedleak.metrics.layer_errors` (both recorded).
 
 R-GAP with a generative model (GIAS App. C, Eq. 11; Fig. A1). ``prior_layers`` = k > 0
 replaces the recursion for the k convolutions nearest the input, counted from the input
@@ -363,12 +362,14 @@ class RGAP(Attack):
 
     @classmethod
     def check_config(cls, params: Mapping[str, Any], config: Mapping, where: str) -> None:
-        """The latent search (``prior_layers`` > 0) runs through the pipeline's DCGAN."""
-        kind = config["gan"]["kind"]
-        if kind != "dcgan" and params.get("prior_layers"):
+        """``prior_layers`` > 0 needs a DCGAN trained here (a ``prior_dataset`` of none)."""
+        gan, of = config["gan"], params.get("prior_dataset")
+        if params.get("prior_layers") and gan["kind"] != "dcgan" and of in (
+                None, gan["dataset"], *gan["by_dataset"]):
             raise ConfigError(f"invalid config: '{where}.prior_layers': R-GAP's latent search "
-                              f"runs through the pipeline's DCGAN; expected 0 with gan.kind "
-                              f"{kind}, got {params['prior_layers']!r}",
+                              f"needs a DCGAN trained here; the prior of {of or gan['dataset']!r}"
+                              f" is pretrained (gan.kind {gan['kind']}); expected 0, or a "
+                              f"prior_dataset of none pretrained, got {params['prior_layers']!r}",
                               key=f"{where}.prior_layers")
 
     @classmethod

@@ -5,21 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedleak import config as cfg
-from fedleak.experiment import configuration, paths, plan
-from fedleak.experiment.studies.kinds import STUDIES
+from fedleak.experiment import configuration, paths, phases, pipeline, plan
 
 OFFLINE = {"digits", "natural"}  # bundled with scikit-learn and scikit-image
 
 
 def _offline(config: dict, name: str) -> str:
-    """Whether target ``name`` runs on bundled data: the datasets of the cases its
-    selections pick (``plan.points``: datasets, models, clients, partitions) or its study."""
-    target = config["targets"][name]
-    datasets = {plan.find_case(config, point.case)["dataset"] for point in plan.points(config)
-                if point.target == name}
-    if "study" in target:
-        datasets |= set(STUDIES[target["study"]["kind"]].datasets(target["study"]))
-    needed = sorted(datasets - OFFLINE)
+    """Whether target ``name`` runs on bundled data: the datasets of the jobs it plans alone
+    (its cases' as ``plan.points`` selects them, a study's, an evaluation network's photos,
+    a DCGAN prior's), and the files no job makes that its jobs read (pretrained priors)."""
+    alone = {**config, "targets": {name: config["targets"][name]}}
+    results = Path("results")
+    jobs = pipeline.walk(alone, results)
+    datasets = {job["dataset"] for job in jobs["prepare_data"]}
+    files = {path.as_posix() for phase in phases.every() if not phase.gathers
+             for job in jobs[phase.name]
+             for path in pipeline.job_inputs(phase, alone, results, job, {})
+             if not path.is_relative_to(results)}
+    needed = sorted(datasets - OFFLINE) + sorted(files)
     return "yes" if not needed else f"no: needs {', '.join(needed)}"
 
 

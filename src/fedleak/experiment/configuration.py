@@ -385,16 +385,19 @@ def _validate_classes(config: dict) -> None:
 
 
 def _check_prior_dataset(config: dict, params: Mapping[str, Any], where: str) -> None:
-    """ConfigError unless an attack's ``prior_dataset`` (the dataset of its DCGAN prior, GIAS
-    Fig. 6's wrong prior) fits ``gan:``: none with a pretrained kind, else a dataset with
-    the split 'gan.split' the prior trains on."""
-    dataset, kind = params.get("prior_dataset"), config["gan"]["kind"]
-    if dataset is None:
+    """ConfigError unless an attack's ``prior_dataset`` (the dataset of its prior, e.g. GIAS
+    Fig. 6's wrong prior) fits ``gan:``: a pretrained prior of that dataset, or a DCGAN
+    trained here on a dataset with the split 'gan.split', at a DCGAN's resolution."""
+    dataset = params.get("prior_dataset")
+    if dataset is None or dataset in priors.pretrained_datasets(config):
         return
-    if kind != "dcgan":
-        raise ConfigError(f"invalid config: '{where}.prior_dataset': gan.kind {kind} is the "
-                          f"pretrained prior of 'gan.weights', of no pipeline dataset; expected "
-                          f"null, got {dataset!r}", key=f"{where}.prior_dataset")
+    size = config["gan"]["resolution"]
+    if size not in (32, 64):
+        raise ConfigError(f"invalid config: '{where}.prior_dataset': the prior of {dataset!r} "
+                          f"is a DCGAN trained here (no pretrained prior of it in gan: or "
+                          f"gan.by_dataset), which 'gan.resolution' {size} does not fit; "
+                          f"expected 32 or 64, or a pretrained prior of {dataset!r}",
+                          key=f"{where}.prior_dataset")
     split = config["gan"]["split"]
     fractions = config["datasets"].get(dataset, {}).get("splits") or {"all": 1}
     if params.get("prior", "trained") == "trained" and split not in fractions:

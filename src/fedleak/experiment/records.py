@@ -15,14 +15,15 @@ from fedleak.types import Observation
 from fedleak.utils.io import save_image_grid, save_npy, write_json
 
 IMAGE_METRICS = {"psnr": metrics.psnr, "ssim": metrics.ssim, "mse": metrics.mse,
-                 "lpips": metrics.lpips, "stlpips": metrics.stlpips}
+                 "stlpips": metrics.stlpips}  # and lpips, on the configured backbone
 
 
 def victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstruction,
-                   wanted: list[str], evalnet: torch.nn.Module | None, attacker: str
-                   ) -> tuple[dict, torch.Tensor]:
+                   wanted: list[str], evalnet: torch.nn.Module | None, attacker: str,
+                   lpips_net: str = "alex") -> tuple[dict, torch.Tensor]:
     """One victim's metrics (batch means, and per image for batches of more than one), by
-    the ``attacker`` (``paper``, or ``adaptive``: ``attack.attacker.adaptive``).
+    the ``attacker`` (``paper``, or ``adaptive``: ``attack.attacker.adaptive``); LPIPS on
+    the ``lpips_net`` backbone.
 
     ``failure`` says why a victim's numbers are not a reconstruction's: a defended upload
     with NaN/inf values, a reconstruction with NaN/inf pixels (its image metrics are NaN,
@@ -59,6 +60,8 @@ def victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstru
         else:
             values = np.asarray(metrics.noise_ratio(matched, evalnet, reduction="none")
                                 if name == "noise_ratio"
+                                else metrics.lpips(matched, x, "none", lpips_net)
+                                if name == "lpips"
                                 else IMAGE_METRICS[name](matched, x, reduction="none"), float)
             if name != "lpips" and not np.isfinite(values).all():  # lpips: NaN when offline
                 failure = failure or f"the {name} metric is NaN/inf on this reconstruction"

@@ -1,8 +1,9 @@
 """Image-similarity metrics after optimal matching (Refiner App. E; EPAFL §5).
 
-PSNR, SSIM (scikit-image, data range 1), MSE and LPIPS (``lpips`` package,
-AlexNet backbone). For batches, each reconstruction is matched to one true image
-by the assignment that minimises total MSE (``scipy.optimize.linear_sum_assignment``).
+PSNR, SSIM (scikit-image, data range 1), MSE and LPIPS (``lpips`` package, AlexNet
+or VGG-16 backbone from torchvision's weights file in the hub cache). For batches, each
+reconstruction is matched to one true image by the assignment that minimises total MSE
+(``scipy.optimize.linear_sum_assignment``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import torch
 
 from fedleak.utils.io import load_torch
 
-LPIPS_BACKBONE_FILE = "alexnet-owt-7be5be79.pth"
+# torchvision's ImageNet weights of each LPIPS backbone, as lpips downloads them
+LPIPS_BACKBONE_FILES = {"alex": "alexnet-owt-7be5be79.pth", "vgg": "vgg16-397923af.pth"}
 
 
 def _check(rec: torch.Tensor, truth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,15 +78,17 @@ def ssim(rec: torch.Tensor, truth: torch.Tensor, reduction: str = "mean"):
     return _reduce(values, reduction)
 
 
-def lpips_backbone_path() -> Path:
-    return Path(torch.hub.get_dir()) / "checkpoints" / LPIPS_BACKBONE_FILE
+def lpips_backbone_path(net: str = "alex") -> Path:
+    """Where torchvision's hub cache keeps the ``net`` backbone's ImageNet weights."""
+    return Path(torch.hub.get_dir()) / "checkpoints" / LPIPS_BACKBONE_FILES[net]
 
 
-@lru_cache(maxsize=1)
-def _lpips_model():
-    """LPIPS with AlexNet, every weight loaded with ``weights_only=True``: ``lpips`` itself
-    would load the backbone through torchvision's hub loader, which unpickles with
-    ``weights_only=False`` (a hostile file in the hub cache would run)."""
+@lru_cache(maxsize=2)
+def _lpips_model(net: str = "alex"):
+    """LPIPS with the ``net`` backbone (alex, vgg), every weight loaded with
+    ``weights_only=True``: ``lpips`` itself would load the backbone through torchvision's
+    hub loader, which unpickles with ``weights_only=False`` (a hostile file in the hub
+    cache would run)."""
     import inspect
     import warnings
 
@@ -92,41 +96,43 @@ def _lpips_model():
 
     with warnings.catch_warnings():  # torchvision's note on the deprecated `pretrained=`
         warnings.simplefilter("ignore", UserWarning)
-        model = lpips.LPIPS(pretrained=False, pnet_rand=True, net="alex", verbose=False)
-    backbone = load_torch(lpips_backbone_path())
-    try:
+        model = lpips.LPIPS(pretrained=False, pnet_rand=True, net=net, verbose=False)
+    path = lpips_backbone_path(net)
+    backbone = load_torch(path)
+    try:  # each slice keeps the torchvision features' indices as its children's names
         state = {f"net.{name}.{key}": backbone[f"features.{key}"]
                  for name, sl in model.net.named_children() for key in sl.state_dict()}
     except (KeyError, TypeError, IndexError) as err:
-        raise ValueError(f"{lpips_backbone_path()} is not torchvision's AlexNet state dict "
-                         f"(missing {err}); delete it: lpips downloads it again") from None
-    linear = Path(inspect.getfile(lpips.LPIPS)).parent / "weights" / "v0.1" / "alex.pth"
+        raise ValueError(f"{path} is not torchvision's {net} state dict (missing {err}); "
+                         f"delete it: lpips downloads it again") from None
+    linear = Path(inspect.getfile(lpips.LPIPS)).parent / "weights" / "v0.1" / f"{net}.pth"
     state.update(load_torch(linear))
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or any(not key.startswith(("lins.", "scaling_layer.")) for key in missing):
-        raise ValueError(f"{lpips_backbone_path()} and {linear} do not fit LPIPS's AlexNet: "
+        raise ValueError(f"{path} and {linear} do not fit LPIPS's {net}: "
                          f"missing {missing}, unexpected {unexpected}")
     return model.eval()
 
 
-def lpips_unavailable_reason() -> str | None:
-    """Why LPIPS cannot be computed offline, or None when it can."""
-    path = lpips_backbone_path()
+def lpips_unavailable_reason(net: str = "alex") -> str | None:
+    """Why LPIPS with the ``net`` backbone cannot be computed offline, or None when it can."""
+    path = lpips_backbone_path(net)
     if not path.is_file():
-        return (f"LPIPS AlexNet backbone weights not found at {path} "
+        return (f"LPIPS {net} backbone weights not found at {path} "
                 f"(lpips downloads them once when a network is available)")
     return None
 
 
-def lpips(rec: torch.Tensor, truth: torch.Tensor, reduction: str = "mean"):
-    """LPIPS (Zhang et al., 2018) with AlexNet; NaN when the backbone weights are missing."""
+def lpips(rec: torch.Tensor, truth: torch.Tensor, reduction: str = "mean", net: str = "alex"):
+    """LPIPS (Zhang et al., 2018) on AlexNet's (``alex``) or VGG-16's (``vgg``) features;
+    NaN when the backbone's weights are missing."""
     rec, truth = _check(match(rec, truth), truth)
-    if lpips_unavailable_reason() is not None:
+    if lpips_unavailable_reason(net) is not None:
         return _reduce(np.full(rec.shape[0], np.nan), reduction)
     if rec.shape[1] == 1:
         rec, truth = rec.repeat(1, 3, 1, 1), truth.repeat(1, 3, 1, 1)
     with torch.no_grad():
-        values = _lpips_model()(rec * 2 - 1, truth * 2 - 1).flatten().double().numpy()
+        values = _lpips_model(net)(rec * 2 - 1, truth * 2 - 1).flatten().double().numpy()
     return _reduce(values, reduction)
 
 

@@ -53,7 +53,7 @@ def substitutions(config: dict) -> list[str]:
     priors_of = sorted({of or gan["dataset"] for label in config["attacks"]
                         for kind, of in map(artifact_parts, attacks.needs(
                             *plan.attack_of(config, label)).values()) if kind == "gan"}
-                       ) if not priors.pretrained(config) else []  # a pretrained one: none
+                       - set(priors.pretrained_datasets(config)))  # DCGANs trained here
     lines = []
     for name in sorted({case["dataset"] for case in config["cases"]} | set(priors_of)):
         kind = config["datasets"].get(name, {}).get("stand_in")
@@ -67,22 +67,26 @@ def substitutions(config: dict) -> list[str]:
         lines.append(f"Generative priors: DCGANs ({gan['latent_dim']}-d latent, width "
                      f"{gan['width']}, {gan['resolution']}x{gan['resolution']}, resized to "
                      f"the model's input) trained in the pipeline on the {gan['split']} split "
-                     f"of {', '.join(priors_of)}, in place of the papers' pretrained "
-                     f"StyleGAN2/BigGAN.")
+                     f"of {', '.join(priors_of)}"
+                     + (" (the priors an attack's prior_dataset names that gan: loads from "
+                        "no file)." if priors.pretrained(config) else
+                        ", in place of the papers' pretrained StyleGAN2/BigGAN."))
     return lines
 
 
 def substituted_keys(config: dict, results: Path) -> list[str]:
     """The configuration paths at which this configuration's plan replaces the paper's own:
-    a dataset's stand-in, a prior trained in the pipeline (every paper's is pretrained), an
+    a dataset's stand-in, DCGAN priors trained in the pipeline in place of a pretrained kind
+    (a prior_dataset's DCGAN beside a pretrained prior is the configuration's choice), an
     evaluation network trained on the bundled natural images."""
     jobs = pipeline.walk(config, results)
     datasets = {case["dataset"] for case in config["cases"]} | {
         job["dataset"] for job in jobs["train_gan"]}
     keys = [f"datasets.{name}.stand_in" for name in sorted(datasets)
             if config["datasets"].get(name, {}).get("stand_in")]
-    keys += ["gan.kind"] if jobs["train_gan"] else []
-    keys += ["evalnet.dataset"] if jobs["train_evalnet"] else []
+    keys += ["gan.kind"] if jobs["train_gan"] and not priors.pretrained(config) else []
+    keys += ["evalnet.dataset"] if jobs["train_evalnet"] \
+        and config["evalnet"]["dataset"] == "natural" else []
     return keys
 
 

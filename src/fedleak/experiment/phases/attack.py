@@ -34,27 +34,35 @@ from fedleak.utils.seeding import child_seeds, seed_everything
 # -- the artifacts only attacks load ----------------------------------------------------
 
 def prior_dataset(job: Job, of: str | None) -> str:
-    """The dataset a GAN prior is of: an attack's ``prior_dataset``, else ``gan.dataset``."""
-    return of or job.config["gan"]["dataset"]
+    """The dataset a GAN prior is of: an attack's ``prior_dataset``; else the case's dataset
+    where ``gan.by_dataset`` gives it a pretrained prior of its own; else ``gan.dataset``."""
+    if of:
+        return of
+    return job.dataset if job.dataset in priors.pretrained_datasets(job.config) \
+        else job.config["gan"]["dataset"]
+
+
+def _pretrained(job: Job, of: str | None) -> bool:
+    return prior_dataset(job, of) in priors.pretrained_datasets(job.config)
 
 
 def _gan(job: Job, of: str | None) -> Path:
-    """The prior's file: the pipeline's DCGAN of the dataset, or the pretrained kind's
-    weights (``gan.weights``, of no dataset)."""
-    if priors.pretrained(job.config):
-        return priors.weights(job.config)
+    """The prior's file: a pretrained prior's weights file, or the pipeline's DCGAN of the
+    dataset."""
+    if _pretrained(job, of):
+        return priors.weights(job.config, prior_dataset(job, of))
     return paths.gan_file(job.results, prior_dataset(job, of))
 
 
 def _load_gan(job: Job, of: str | None) -> torch.nn.Module:
-    if priors.pretrained(job.config):
-        return priors.load(job.config)
+    if _pretrained(job, of):
+        return priors.load(job.config, prior_dataset(job, of))
     return models.dcgan.load_generator(_gan(job, of))
 
 
 def _untrained_files(job: Job, of: str | None) -> list[Path]:
     """A DCGAN's channels are its dataset's (its manifest); a pretrained kind needs none."""
-    if priors.pretrained(job.config):
+    if _pretrained(job, of):
         return []
     return [paths.data_manifest(job.results, prior_dataset(job, of))]
 
@@ -62,8 +70,8 @@ def _untrained_files(job: Job, of: str | None) -> list[Path]:
 def _untrained_gan(job: Job, of: str | None) -> torch.nn.Module:
     """The prior's architecture (for a DCGAN, its dataset's channels), untrained
     (``gan.seed``)."""
-    if priors.pretrained(job.config):
-        return priors.untrained(job.config)
+    if _pretrained(job, of):
+        return priors.untrained(job.config, prior_dataset(job, of))
     spec = job.config["gan"]
     channels = data.read_manifest(paths.data_dir(job.results, prior_dataset(job, of))
                                   )["shape"][0]
@@ -220,7 +228,7 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
             recs = [records.failed(obs, f"failed: {type(err).__name__}: {err}",
                                    outputs["snapshots"]) for obs in observations[:count]]
         kept, matched = zip(*(records.victim_record(v, truth, obs, rec, outputs["metrics"],
-                                                    evalnet, attacker)
+                                                    evalnet, attacker, outputs["lpips_net"])
                               for v, (truth, obs, rec)
                               in enumerate(zip(truths, observations, recs))))
         if spec["victims"]["class"] is not None:  # CENSOR Fig. 3: are they alike?
@@ -245,8 +253,8 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
         "case": case, "setting": setting.text, "defense": setting.label,
         "strength": setting.strength, "seed": seed, "round": spec["protocol"]["round"],
         "runs": runs, "snapshots": outputs["snapshots"],
-        "lpips_unavailable": (metrics.lpips_unavailable_reason() if "lpips" in outputs["metrics"]
-                              else None),
+        "lpips_unavailable": (metrics.lpips_unavailable_reason(outputs["lpips_net"])
+                              if "lpips" in outputs["metrics"] else None),
     })
 
 

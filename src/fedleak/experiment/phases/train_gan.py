@@ -1,6 +1,7 @@
 """Phase ``train_gan``: the DCGAN prior of the GAN-based attacks (Radford et al. 2016) on
-one dataset's ``gan.split``. A pretrained ``gan.kind`` (StyleGAN2, BigGAN) has no job: its
-file is ``gan.weights`` itself (``experiment.priors``)."""
+one dataset's ``gan.split`` (``gan.resolution``, ``gan.width``, ...). A pretrained prior
+(StyleGAN2, BigGAN) has no job: its file is its weights file itself
+(``experiment.priors``), and no job asks for its dataset's DCGAN."""
 
 from __future__ import annotations
 
@@ -47,9 +48,6 @@ def train_gan(config: dict, results: Path, dataset: str) -> None:
     """The DCGAN prior on ``dataset``'s ``gan.split`` (``gan.dataset``, or the wrong prior an
     attack's ``prior_dataset`` names)."""
     spec = config["gan"]
-    if spec["kind"] != "dcgan":
-        raise ValueError(f"gan.kind {spec['kind']!r} is pretrained (gan.weights); only the "
-                         f"dcgan kind is trained (expected gan.kind dcgan)")
     if dataset not in config["datasets"]:
         raise ValueError(f"dataset {dataset!r} is not configured; expected one of "
                          f"{sorted(config['datasets'])}")
