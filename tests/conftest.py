@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -118,28 +119,57 @@ def digits_splits(digits):
             for name, idx in parts.items()}
 
 
+def made_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
+    """``name`` in this test run's folder, written by ``make(path)`` in the first xdist
+    worker that asks and read by the others: a session fixture is one per worker, and the
+    trained ones below cost half a minute each."""
+    from filelock import FileLock
+
+    run = tmp_path_factory.getbasetemp()  # a worker's is popen-gwN in the run's folder
+    path = (run.parent if os.environ.get("PYTEST_XDIST_WORKER") else run) / name
+    with FileLock(f"{path}.lock"):
+        if not path.is_file():
+            make(path)
+    return path
+
+
 @pytest.fixture(scope="session")
-def digits_generator(digits_splits):
-    """A DCGAN trained on the public digits split: the attacker's prior (victims: train)."""
-    from fedleak.models.dcgan import train_dcgan
+def digits_generator(digits_splits, tmp_path_factory):
+    """A DCGAN trained on the public digits split: the attacker's prior (victims: train),
+    saved as `fedleak train-gan` does (training is seeded: the same weights anywhere)."""
+    from fedleak.models.dcgan import load_generator, train_dcgan
+    from fedleak.utils.io import save_torch
 
-    # lr 1e-3: at DCGAN's 2e-4 the discriminator wins on 359 digits and samples stay grey
-    generator, _ = train_dcgan(digits_splits["public"].x, epochs=40, batch_size=64, lr=1e-3,
-                               latent_dim=100, width=32, seed=0, progress=False)
-    return generator
+    public = digits_splits["public"].x
+
+    def make(path: Path) -> None:
+        # lr 1e-3: at DCGAN's 2e-4 the discriminator wins on 359 digits, samples stay grey
+        generator, _ = train_dcgan(public, epochs=40, batch_size=64, lr=1e-3, latent_dim=100,
+                                   width=32, seed=0, progress=False)
+        save_torch(path, {"generator": generator.state_dict(), "latent_dim": 100,
+                          "width": 32, "channels": public.shape[1],
+                          "resolution": generator.resolution})
+
+    return load_generator(made_once(tmp_path_factory, "digits_gan.pt", make))
 
 
 @pytest.fixture(scope="session")
-def natural_evalnet():
-    """The evaluation network as the embedded default trains it (natural crops, 1 channel)."""
+def natural_evalnet(tmp_path_factory):
+    """The evaluation network as the embedded default trains it (natural crops, 1 channel),
+    saved as `fedleak train-evalnet` does."""
     from fedleak.data import load_natural
-    from fedleak.models.evalnet import train_evaluation_network
+    from fedleak.models.evalnet import load_evaluation_network, train_evaluation_network
+    from fedleak.utils.io import save_torch, write_json
 
-    natural = load_natural(2000, seed=0, channels=1)
-    net, _ = train_evaluation_network(natural.x, epochs=3, batch_size=128, lr=1e-3, seed=0,
-                                      widths=(32, 64, 128),
-                                      progress=False)
-    return net
+    def make(path: Path) -> None:
+        natural = load_natural(2000, seed=0, channels=1)
+        net, _ = train_evaluation_network(natural.x, epochs=3, batch_size=128, lr=1e-3,
+                                          seed=0, widths=(32, 64, 128), progress=False)
+        write_json(path.with_suffix(".json"), {"input_shape": list(natural.x.shape[1:]),
+                                               "widths": [32, 64, 128]})
+        save_torch(path, net.state_dict())
+
+    return load_evaluation_network(made_once(tmp_path_factory, "natural_evalnet.pt", make))
 
 
 def lenet_victims(images, count: int, seed: int = 2024) -> list[tuple]:
