@@ -26,10 +26,12 @@ CASE = "digits-lenet-iid"
 
 def _tradeoff(points: dict[str, list[tuple]], attack: str = "inverting_gradients",
               **extra) -> pd.DataFrame:
-    """Trade-off rows: defense -> [(strength, pmm, psnr), ...] (SSIM = PSNR / 100)."""
+    """Trade-off rows: defense -> [(strength, pmm, psnr[, psnr_low, psnr_high]), ...]
+    (SSIM = PSNR / 100; no interval: NaN, as from one victim)."""
     rows = [{"case": CASE, "defense": d, "strength": s, "attack": attack, "pmm": p,
-             "psnr": q, "ssim": q / 100, **extra}
-            for d, values in points.items() for s, p, q in values]
+             "psnr": q, "ssim": q / 100, "psnr_low": ci[0] if ci else np.nan,
+             "psnr_high": ci[1] if ci else np.nan, **extra}
+            for d, values in points.items() for s, p, q, *ci in values]
     return pd.DataFrame.from_records(rows)
 
 
@@ -59,7 +61,7 @@ def test_a_pmm_outside_the_curves_range_is_never_reached_and_not_extrapolated():
         (4.0, 99.5, 20.0), (1.0, 103.0, 10.0)], "pruning": [(0.3, 96.0, 5.0)]}))
     clipping = table[table["defense"] == "clipping"]
     assert not clipping["reached"].any() and clipping["psnr"].isna().all()
-    assert not clipping["best"].any() and clipping["strength_interval"].isna().all()
+    assert (clipping["best"] == "no").all() and clipping["strength_interval"].isna().all()
     assert _row(table, "pruning", 99)["reached"] and not _row(table, "pruning", 95)["reached"]
 
 
@@ -89,16 +91,27 @@ def test_a_lower_is_stronger_defense_starts_from_its_largest_strength():
     assert _row(renamed, "q", 99)["strength_interval"] == "none..8"
 
 
-def test_best_is_one_reached_defense_per_column_ties_to_the_first_name():
+def test_best_is_yes_only_when_its_interval_clears_every_other_reached_defense():
     table = matched_utility(_tradeoff({**UNDEFENDED,
-                                       "soteria": [(0.5, 90.0, 10.0)],
-                                       "pruning": [(0.5, 90.0, 10.0)],
-                                       "refiner": [(0.1, 90.0, 20.0)],
-                                       "clipping": [(1.0, 102.0, 1.0)]}))
-    counts = table.groupby(["case", "attack", "attacker", "pmm"])["best"].sum()
-    assert (counts == 1).all()
-    assert set(table.loc[table["best"], "defense"]) == {"pruning"}
-    assert not table.loc[table["defense"] == "clipping", "best"].any()
+                                       "soteria": [(0.5, 90.0, 10.0, 8.0, 12.0)],
+                                       "pruning": [(0.5, 90.0, 10.5, 9.0, 12.0)],
+                                       "refiner": [(0.1, 90.0, 20.0, 18.0, 22.0)],
+                                       "clipping": [(1.0, 102.0, 1.0, 0.5, 1.5)]}))
+    at_90 = table[table["pmm"] == 90].set_index("defense")["best"]
+    # soteria is the lowest, pruning's interval overlaps it: both tied; refiner's does not
+    assert at_90.to_dict() == {"clipping": "no", "pruning": "tied", "refiner": "no",
+                               "soteria": "tied"}
+    clear = matched_utility(_tradeoff({**UNDEFENDED,
+                                       "soteria": [(0.5, 90.0, 10.0, 8.0, 12.0)],
+                                       "refiner": [(0.1, 90.0, 20.0, 18.0, 22.0)]}))
+    assert clear[clear["pmm"] == 90].set_index("defense")["best"].to_dict() == {
+        "refiner": "no", "soteria": "yes"}
+    # the interpolated interval: none (40 dB, no interval) .. soteria's point, t = 1/2 at 95
+    row = _row(clear, "soteria", 95)
+    assert np.isnan(row["psnr_low"]) and row["best"] == "tied"
+    unsure = matched_utility(_tradeoff({**UNDEFENDED, "soteria": [(0.5, 90.0, 10.0)],
+                                        "refiner": [(0.1, 90.0, 20.0, 18.0, 22.0)]}))
+    assert set(unsure.loc[unsure["pmm"] == 90, "best"]) == {"tied"}  # no interval: a tie
 
 
 def test_rows_without_an_attacker_column_are_the_papers_and_adaptive_rows_start_from_it():
@@ -108,7 +121,7 @@ def test_rows_without_an_attacker_column_are_the_papers_and_adaptive_rows_start_
     both = matched_utility(pd.concat([paper.assign(attacker="paper"), adaptive]))
     row = both[(both["attacker"] == "adaptive") & (both["pmm"] == 95)].iloc[0]
     assert row["psnr"] == pytest.approx(35.0)  # from the paper's undefended 40 dB
-    assert both.groupby(["attacker", "pmm"])["best"].sum().eq(1).all()
+    assert both.groupby(["attacker", "pmm"])["best"].agg(lambda b: (b == "yes").sum()).eq(1).all()
 
 
 def _json(path: Path, record: dict) -> Path:
@@ -143,7 +156,7 @@ def test_the_table_figure_and_report_section_come_out_of_aggregate_s_writers(run
                           ["utility", "tradeoff", "matched_utility"])
     csv = pd.read_csv(tmp_path / "tables" / "matched_utility.csv")
     assert list(csv.columns) == MATCHED_COLUMNS
-    assert csv["pmm"].tolist() == [90, 95, 99] and csv["best"].all()
+    assert csv["pmm"].tolist() == [90, 95, 99] and (csv["best"] == "yes").all()
     assert csv["psnr"].tolist() == pytest.approx([22.5, 28.75, 37.5])
     figures = write_figures(tables, attacks, tmp_path / "figures", ["matched_utility"])
     assert figures[0].name == "matched_utility.png"

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import in_process
+import pandas as pd
 import pytest
 from conftest import REPO
 from test_pipeline import ENV, copy_project, run
@@ -20,6 +21,7 @@ from test_pipeline import ENV, copy_project, run
 from fedleak import config as cfg
 from fedleak.experiment import catalog, configuration, plan
 from fedleak.experiment.phases.aggregate import undeclared_departures
+from fedleak.report.claims import CLAIM_COLUMNS
 
 PAPERS = sorted((REPO / "config" / "paper").glob("*.yaml"))
 README = (REPO / "README.md").read_text()
@@ -95,8 +97,9 @@ def test_gias_full_mode_waits_for_its_stylegan2_files_and_plans_dcgans_only_when
 
 def assert_every_target_made(results: Path, config: dict, compared: str) -> None:
     """Each target's table, panels and comparison with the paper are there, the report has
-    a section per target, and ``fedleak compare`` (its output ``compared``) pairs rows of
-    each target that has the paper's numbers."""
+    a section per target, and ``fedleak compare`` (its output ``compared``, lines of at
+    most 100 characters) pairs rows of each target that has the paper's numbers; every
+    claim is judged in claims.csv, which opens the report and the comparison."""
     for name, target in config["targets"].items():
         folder = results / "targets" / name
         files = {p.name for p in folder.iterdir()}
@@ -113,6 +116,17 @@ def assert_every_target_made(results: Path, config: dict, compared: str) -> None
     assert all(re.search(rf"^  {name} +(\d+/\d+|- )", summary, re.M)
                for name in config["reference"]), summary
     assert re.search(r"^  all +\d+/\d+$", summary, re.M), summary
+    claims = pd.read_csv(results / "claims.csv", keep_default_na=False)
+    assert list(claims.columns) == CLAIM_COLUMNS
+    assert claims["claim"].tolist() == [c["id"] for c in config["claims"]]
+    assert set(claims["verdict"]) <= {"holds", "fails", "inconclusive"}
+    assert set(claims["scale"]) == {"smoke"} and set(claims["data"]) <= {"paper", "stand-in"}
+    # the report opens with the verdicts; `fedleak compare` prints them first
+    assert [line for line in report.splitlines() if line.startswith("## ")][0] == \
+        "## Does the paper's claim hold?"
+    assert compared.startswith(f"claims of {config['paper']}: ")
+    assert all(f"  {c['id']} (" in compared for c in config["claims"])
+    assert max(map(len, compared.splitlines())) <= 100
 
 
 @pytest.mark.slow

@@ -35,9 +35,11 @@ def targets_table(configs: list[Path]) -> str:
         for name in plan.targets(config):
             target = config["targets"][name]
             folder = paths.target_dir(Path("results"), name).as_posix()
+            made = {"table": "table" in target, "reference": name in config["reference"],
+                    "claims": "table" in target and bool(plan.claims_on(config, name))}
             files = [f"{name}{suffix}" for suffix, key in
-                     ((".csv", "table"), ("_vs_paper.csv", "reference"))
-                     if key in target or (key == "reference" and name in config["reference"])]
+                     ((".csv", "table"), ("_vs_paper.csv", "reference"),
+                      ("_claims.csv", "claims")) if made[key]]
             files += [f"{name}{panel}.png" for panel, _ in cfg.figure_specs(target)]
             command = f"`snakemake --cores all --configfile {path.as_posix()} {folder}`"
             title = target["title"].replace("|", r"\|")  # |w| is no cell border

@@ -139,6 +139,11 @@ def report(results: Path) -> Path:
     return Path(results) / "report.md"
 
 
+def claims(results: Path) -> Path:
+    """Every claim of the configuration, judged (report.claims)."""
+    return Path(results) / "claims.csv"
+
+
 def log(results: Path, rule: str, *parts: Part) -> Path:
     return Path(results) / "logs" / rule / ("/".join(str(p) for p in parts) + ".log")
 

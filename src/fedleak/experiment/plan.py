@@ -342,6 +342,32 @@ def check_seed(seed: int, seeds: list[int], key: str) -> None:
 
 
 def target_spec(config: dict, name: str) -> dict:
-    """What a target (or study) reads from the configuration: its entry and the paper's
-    numbers beside it."""
-    return {"target": config["targets"][name], "reference": config["reference"].get(name)}
+    """What a target (or study) reads from the configuration: its entry, the paper's
+    numbers beside it and the claims judged on it."""
+    return {"target": config["targets"][name], "reference": config["reference"].get(name),
+            "claims": claims_on(config, name)}
+
+
+def claims_on(config: dict, name: str) -> list[dict]:
+    """The configuration's claims that read target ``name``."""
+    return [claim for claim in config["claims"] if claim["target"] == name]
+
+
+def claim_data(config: dict) -> dict[str, str]:
+    """Per claim: ``stand-in`` where a dataset its target reads is a stand-in (or, for a
+    target without cases, a study, in smoke mode), else ``paper``."""
+    datasets: dict[str, set] = {}
+    for point in points(config):
+        datasets.setdefault(point.target, set()).add(find_case(config, point.case)["dataset"])
+    data = {}
+    for claim in config["claims"]:
+        read = datasets.get(claim["target"])
+        stand_in = any(config["datasets"].get(d, {}).get("stand_in") for d in read) \
+            if read else config["smoke"]
+        data[claim["id"]] = "stand-in" if stand_in else "paper"
+    return data
+
+
+def scale(config: dict) -> str:
+    """smoke (the configuration's smoke_overrides applied) or full: claims.csv's scale."""
+    return "smoke" if config["smoke"] else "full"

@@ -10,7 +10,11 @@
   (Cui et al. §6.1-6.2): at each RecUP-FL setting's learning loss, every other defense's
   ASR interpolated linearly on its own (learning loss, ASR) curve, which starts from the
   undefended run, where that curve spans the loss; ``gap`` = RecUP-FL's ASR minus the
-  lowest of them (negative: RecUP-FL wins); per attacker (both sides the same one).
+  lowest of them (negative: RecUP-FL wins); per attacker (both sides the same one). Each
+  ASR has its 95 % bootstrap interval over FL seeds (``report.intervals``; NaN with one
+  seed), a baseline's interpolated from its two points' alike, and the gap's runs from
+  RecUP-FL's low minus the baseline's high to its high minus the baseline's low: both
+  wider than an interval of the interpolated or subtracted means themselves.
 - ``attribute_tradeoff.png``: ASR against learning loss (log), one curve per defense, one
   panel per adversary x round (Fig. 2/10/11); the adaptive attacker's curves dashed.
 """
@@ -26,6 +30,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from fedleak.report.intervals import interval
 from fedleak.report.style import case_text, finish, label_points, log_axis, series_styles
 from fedleak.report.tables import load_record, require, write_csv
 from fedleak.types import PAPER
@@ -33,8 +38,9 @@ from fedleak.types import PAPER
 ATTRIBUTE_COLUMNS = ["case", "defense", "strength", "adversary", "attacker", "attribute",
                      "round", "seed", "asr", "chance", "learning_loss", "accuracy"]
 ATTRIBUTE_KEYS = ["case", "adversary", "attacker", "attribute", "round"]
-GAP_COLUMNS = [*ATTRIBUTE_KEYS, "strength", "learning_loss", "asr", "baseline",
-               "baseline_asr", "gap"]
+GAP_COLUMNS = [*ATTRIBUTE_KEYS, "strength", "learning_loss", "asr", "asr_low", "asr_high",
+               "baseline", "baseline_asr", "baseline_asr_low", "baseline_asr_high", "gap",
+               "gap_low", "gap_high"]
 DEFENDED = "recupfl"
 
 
@@ -68,6 +74,16 @@ def _curve(points: pd.DataFrame, y: str = "asr", by: str = "strength"
     return mean["learning_loss"].to_numpy(), mean[y].to_numpy(), mean.index.to_numpy()
 
 
+def _asr_bounds(points: pd.DataFrame) -> pd.DataFrame:
+    """Per strength: mean learning loss and the ASR's 95 % interval over seeds, by loss."""
+    grouped = points.groupby("strength")
+    return pd.DataFrame({
+        "learning_loss": grouped["learning_loss"].mean(),
+        "low": grouped["asr"].agg(lambda v: interval(v)[0]),
+        "high": grouped["asr"].agg(lambda v: interval(v)[1])}).sort_values(
+            "learning_loss", kind="stable")
+
+
 def attribute_gap(table: pd.DataFrame, defended: str = DEFENDED) -> pd.DataFrame:
     """RecUP-FL's ASR beside the best other defense's at the same learning loss, under the
     same attacker. Every curve starts from the undefended run (strength 0 of any defense is
@@ -76,18 +92,25 @@ def attribute_gap(table: pd.DataFrame, defended: str = DEFENDED) -> pd.DataFrame
     for keys, group in table.groupby(ATTRIBUTE_KEYS, sort=True):
         ours = group[group["defense"] == defended]
         undefended = group[group["defense"] == "none"]
-        others = {d: _curve(pd.concat([undefended, g]))[:2]
+        others = {d: pd.concat([undefended, g])
                   for d, g in group[~group["defense"].isin([defended, "none"])].groupby(
                       "defense")}
+        curves = {d: _curve(points)[:2] for d, points in others.items()}
         for strength, point in ours.groupby("strength"):
             loss, asr = point["learning_loss"].mean(), point["asr"].mean()
-            matched = {d: float(np.interp(loss, x, y)) for d, (x, y) in others.items()
+            low, high = interval(point["asr"])
+            matched = {d: float(np.interp(loss, x, y)) for d, (x, y) in curves.items()
                        if len(x) and x[0] <= loss <= x[-1]}
             best = min(matched, key=matched.get) if matched else None
+            base = _asr_bounds(others[best]) if best else None
+            base_low, base_high = (float(np.interp(loss, base["learning_loss"], base[side]))
+                                   for side in ("low", "high")) if best else (np.nan, np.nan)
             rows.append({**dict(zip(ATTRIBUTE_KEYS, keys)), "strength": strength,
-                         "learning_loss": loss, "asr": asr, "baseline": best,
-                         "baseline_asr": matched.get(best, np.nan),
-                         "gap": asr - matched[best] if best else np.nan})
+                         "learning_loss": loss, "asr": asr, "asr_low": low, "asr_high": high,
+                         "baseline": best, "baseline_asr": matched.get(best, np.nan),
+                         "baseline_asr_low": base_low, "baseline_asr_high": base_high,
+                         "gap": asr - matched[best] if best else np.nan,
+                         "gap_low": low - base_high, "gap_high": high - base_low})
     return pd.DataFrame.from_records(rows, columns=GAP_COLUMNS)
 
 

@@ -31,9 +31,17 @@ strongest setting still keeps more, e.g. clipping, whose PMM stays at or above 1
 above it (p > 100 with every setting below) none keeps that much. Then ``reached`` is
 false and ``psnr``, ``ssim`` and ``strength_interval`` are empty: no extrapolation.
 
-**Best.** Per (case, attack, attacker, pmm), ``best`` is true for exactly one defense, the
-reached one with the lowest interpolated PSNR (ties: the first by name), false elsewhere
-(all false where none reaches p).
+**Uncertainty.** ``psnr_low`` and ``psnr_high`` bound the interpolated PSNR: the 95 %
+bootstrap intervals of the two bracketing points' means (``tradeoff.csv``'s, over victims
+and seeds) interpolated alike. That is wider than an interval of the interpolated mean
+itself (the two points' victims are resampled independently, so their errors partly
+cancel), and it leaves out the PMM's own uncertainty across FL seeds.
+
+**Best.** Per (case, attack, attacker, pmm), the reached defense with the lowest
+interpolated PSNR is ``yes`` when its interval overlaps no other reached defense's;
+otherwise it and every reached defense whose interval overlaps its are ``tied`` (a
+comparison whose intervals overlap is a tie, not a win; a defense without an interval, from
+one victim, ties with all); every other defense is ``no`` (all ``no`` where none reaches p).
 
 Written as ``results/tables/matched_utility.csv``, first in ``report.md`` (one table per
 attack and attacker, defenses as rows, PMM 90/95/99 % as columns) and as the heat map
@@ -61,8 +69,10 @@ from fedleak.types import PAPER, is_ablation  # noqa: E402
 
 PMM_LEVELS = (90, 95, 99)
 GROUP_KEYS = ["case", "attack", "attacker"]
-MATCHED_COLUMNS = [*GROUP_KEYS, "pmm", "defense", "psnr", "best", "reached", "ssim",
-                   "strength_interval"]
+MATCHED_COLUMNS = [*GROUP_KEYS, "pmm", "defense", "psnr", "psnr_low", "psnr_high", "best",
+                   "reached", "ssim", "strength_interval"]
+OUTLINES = {"yes": {"linewidth": 2.2, "linestyle": "-"},  # the heat map's marks of `best`
+            "tied": {"linewidth": 1.4, "linestyle": "--"}}
 NEVER = "—"  # a cell of a defense that never reaches the column's PMM
 
 
@@ -87,13 +97,15 @@ def _direction(label: str, stronger: Mapping[str, str] | None) -> str:
 
 def curve(undefended: pd.DataFrame, points: pd.DataFrame, direction: str = "higher"
           ) -> pd.DataFrame:
-    """The (name, pmm, psnr, ssim) points of one defense label in strength order: the
-    undefended run (name ``none``) first, then the label's strengths weakest first (a
-    ``higher`` direction: ascending), points with a missing PMM or PSNR left out."""
+    """The (name, pmm, psnr, psnr_low, psnr_high, ssim) points of one defense label in
+    strength order: the undefended run (name ``none``) first, then the label's strengths
+    weakest first (a ``higher`` direction: ascending), points with a missing PMM or PSNR
+    left out."""
     start = undefended.assign(name="none")
     steps = points.sort_values("strength", ascending=direction == "higher", kind="stable")
     steps = steps.assign(name=[f"{s:g}" for s in steps["strength"]])
-    ordered = pd.concat([start, steps], ignore_index=True)[["name", "pmm", "psnr", "ssim"]]
+    ordered = pd.concat([start, steps], ignore_index=True).reindex(
+        columns=["name", "pmm", "psnr", "psnr_low", "psnr_high", "ssim"])
     return ordered.dropna(subset=["pmm", "psnr"]).reset_index(drop=True)
 
 
@@ -113,20 +125,23 @@ def crossing(pmm: np.ndarray, target: float) -> tuple[int, float] | None:
 
 def _at(values: np.ndarray, i: int, t: float) -> float:
     """The linear interpolation of ``values`` at fraction ``t`` of segment ``i``."""
-    return float(values[i]) if t == 0.0 else float(values[i] + t * (values[i + 1] - values[i]))
+    if t in (0.0, 1.0):  # a measured point: its own value (its neighbour's may be NaN)
+        return float(values[i + int(t)])
+    return float(values[i] + t * (values[i + 1] - values[i]))
 
 
 def matched_point(points: pd.DataFrame, target: float) -> dict:
-    """``reached``, ``psnr``, ``ssim`` and ``strength_interval`` of a :func:`curve` at PMM
-    ``target``."""
+    """``reached``, ``psnr`` (its interval's ``psnr_low``, ``psnr_high``), ``ssim`` and
+    ``strength_interval`` of a :func:`curve` at PMM ``target``."""
     hit = crossing(points["pmm"].to_numpy(), target)
+    values = ("psnr", "psnr_low", "psnr_high", "ssim")
     if hit is None:
-        return {"reached": False, "psnr": np.nan, "ssim": np.nan, "strength_interval": None}
+        return {"reached": False, **dict.fromkeys(values, np.nan), "strength_interval": None}
     i, t = hit
     names = points["name"].tolist()
     interval = names[i] if t == 0.0 else names[i + 1] if t == 1.0 else f"{names[i]}..{names[i + 1]}"
-    return {"reached": True, "psnr": _at(points["psnr"].to_numpy(float), i, t),
-            "ssim": _at(points["ssim"].to_numpy(float), i, t), "strength_interval": interval}
+    return {"reached": True, **{v: _at(points[v].to_numpy(float), i, t) for v in values},
+            "strength_interval": interval}
 
 
 def _undefended(group: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
@@ -135,13 +150,24 @@ def _undefended(group: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
     return own if not own.empty else paper[paper["defense"] == "none"]
 
 
+def _overlap(a, b) -> bool:
+    """Whether two rows' PSNR intervals overlap (a missing interval overlaps any)."""
+    if np.isnan([a.psnr_low, a.psnr_high, b.psnr_low, b.psnr_high]).any():
+        return True
+    return a.psnr_low <= b.psnr_high and b.psnr_low <= a.psnr_high
+
+
 def mark_best(table: pd.DataFrame) -> pd.Series:
-    """True for the reached defense with the lowest PSNR per (case, attack, attacker, pmm),
-    ties to the first by name; rows must be sorted by defense within each group."""
-    best = pd.Series(False, index=table.index)
+    """``yes``, ``tied`` or ``no`` per row (see the module docstring): the reached defense
+    with the lowest PSNR per (case, attack, attacker, pmm) (the first by name of equal
+    ones; rows sorted by defense within each group) against the intervals of the others."""
+    best = pd.Series("no", index=table.index, dtype=object)
     reached = table[table["reached"]]
-    if not reached.empty:
-        best[reached.groupby([*GROUP_KEYS, "pmm"], sort=False)["psnr"].idxmin()] = True
+    for _, group in reached.groupby([*GROUP_KEYS, "pmm"], sort=False):
+        lowest = group.loc[group["psnr"].idxmin()]
+        tied = [i for i, row in group.iterrows() if i != lowest.name and _overlap(row, lowest)]
+        best[lowest.name] = "tied" if tied else "yes"
+        best[tied] = "tied"
     return best
 
 
@@ -183,7 +209,9 @@ def _columns(table: pd.DataFrame) -> list[tuple]:
 def _cell(row) -> str:
     if not row.reached:
         return NEVER
-    return f"**{row.psnr:.1f}**" if row.best else f"{row.psnr:.1f}"
+    spread = "" if np.isnan(row.psnr_low) else f" [{row.psnr_low:.1f}, {row.psnr_high:.1f}]"
+    text = f"{row.psnr:.1f}{spread}"
+    return {"yes": f"**{text}**", "tied": f"*{text}*"}.get(row.best, text)
 
 
 def markdown_section(table: pd.DataFrame) -> list[str]:
@@ -196,8 +224,11 @@ def markdown_section(table: pd.DataFrame) -> list[str]:
              "Mean PSNR (dB; lower is more private) of each attack's reconstructions under "
              "each defense at the same utility, PMM 90, 95 and 99 %: interpolated linearly on "
              "the defense's (PMM, PSNR) curve, which starts from the undefended run and goes "
-             "through its strengths weakest first (the first crossing). **Bold**: the best "
-             f"defense of the column. {NEVER}: the defense never reaches that PMM (no strength "
+             "through its strengths weakest first (the first crossing), with its 95 % "
+             "bootstrap interval over victims and seeds. **Bold**: the best defense of the "
+             "column, its interval clear of every other's; *italics*: tied for the best (the "
+             "lowest PSNR and every defense whose interval overlaps its). "
+             f"{NEVER}: the defense never reaches that PMM (no strength "
              "brings the accuracy down that far). "
              "[matched_utility.csv](tables/matched_utility.csv) has the bracketing strengths "
              "and SSIM."]
@@ -216,7 +247,8 @@ def markdown_section(table: pd.DataFrame) -> list[str]:
 
 def heatmap(table: pd.DataFrame) -> Figure:
     """Rows: defense labels; columns: attack x attacker x PMM; cell: the interpolated mean
-    PSNR, annotated; the best of each column outlined, never-reached cells hatched grey.
+    PSNR, annotated; the best of each column outlined, those tied for it dashed,
+    never-reached cells hatched grey.
     One panel per case."""
     cases = sorted(table["case"].unique(), key=str) or [""]
     columns = _columns(table)
@@ -231,7 +263,7 @@ def heatmap(table: pd.DataFrame) -> Figure:
         psnr = part["psnr"].unstack(["attack", "attacker", "pmm"]).reindex(
             index=defenses, columns=pd.MultiIndex.from_tuples(columns)).astype(float)
         best = part["best"].unstack(["attack", "attacker", "pmm"]).reindex(
-            index=defenses, columns=pd.MultiIndex.from_tuples(columns)).fillna(False)
+            index=defenses, columns=pd.MultiIndex.from_tuples(columns)).fillna("no")
         ax.set_facecolor("#dddddd")
         if psnr.size == 0:
             continue
@@ -243,8 +275,10 @@ def heatmap(table: pd.DataFrame) -> Figure:
         for i, j in zip(*np.nonzero(psnr.isna().to_numpy())):
             ax.add_patch(Rectangle((j, i), 1, 1, fill=False, hatch="///", edgecolor="#999999",
                                    linewidth=0))
-        for i, j in zip(*np.nonzero(best.to_numpy(dtype=bool))):
-            ax.add_patch(Rectangle((j, i), 1, 1, fill=False, edgecolor="#d55e00", linewidth=2))
+        for mark, style in OUTLINES.items():
+            for i, j in zip(*np.nonzero(best.to_numpy() == mark)):
+                ax.add_patch(Rectangle((j + 0.06, i + 0.06), 0.88, 0.88, fill=False,
+                                       edgecolor="#d55e00", **style))
         groups = [(a, k) for a, k, _ in columns]
         starts = [j for j in range(len(groups)) if j == 0 or groups[j] != groups[j - 1]]
         for j in starts[1:]:
@@ -265,6 +299,8 @@ def heatmap(table: pd.DataFrame) -> Figure:
                         transform=axes[0, 0].transAxes)
     legend = [Patch(facecolor="#dddddd", hatch="///", edgecolor="#999999",
                     label="never reaches this PMM"),
-              Patch(fill=False, edgecolor="#d55e00", linewidth=2, label="best of the column")]
+              Patch(fill=False, edgecolor="#d55e00", label="best of the column", **OUTLINES["yes"]),
+              Patch(fill=False, edgecolor="#d55e00", label="tied for the best (intervals overlap)",
+                    **OUTLINES["tied"])]
     return finish(fig, "Mean PSNR at matched utility: each defense interpolated at PMM 90, 95 "
                        f"and 99 % {case_text(table['case'])}".strip(), extra=legend)

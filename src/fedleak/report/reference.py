@@ -56,7 +56,7 @@ def baseline(cell) -> dict:
     return dict(cell.get("to") or cell.get("from") or {}) if isinstance(cell, Mapping) else {}
 
 
-def _rows(table: pd.DataFrame, where: Mapping) -> pd.DataFrame:
+def matching(table: pd.DataFrame, where: Mapping) -> pd.DataFrame:
     """The rows of ``table`` with these key values."""
     return table[np.logical_and.reduce([table[k].map(lambda v, r=value: same(v, r))
                                         for k, value in where.items()])] if where else table
@@ -64,7 +64,7 @@ def _rows(table: pd.DataFrame, where: Mapping) -> pd.DataFrame:
 
 def _row(table: pd.DataFrame, where: Mapping) -> pd.Series | None:
     """The one row of ``table`` with these key values (None: none, or several)."""
-    match = _rows(table, where)
+    match = matching(table, where)
     return match.iloc[0] if len(match) == 1 else None
 
 
@@ -76,7 +76,7 @@ def _value(table: pd.DataFrame, where: dict, metric: str, cell) -> float:
     if not (isinstance(cell, Mapping) and "best" in cell):
         row = _row(table, where)
         return float(row[metric]) if row is not None else np.nan
-    rows = _rows(table, {k: v for k, v in where.items() if not pd.isna(v)})
+    rows = matching(table, {k: v for k, v in where.items() if not pd.isna(v)})
     for column, bound in cell.get("over", {}).items():
         (op, b), = bound.items()
         rows = rows[rows[column] > b] if op == ">" else rows[rows[column] < b]

@@ -10,10 +10,12 @@ import numpy as np
 import pandas as pd
 
 from fedleak.metrics.utility import pmm
+from fedleak.report.intervals import interval
 from fedleak.report.matched_utility import matched_utility
 from fedleak.types import PAPER, is_ablation
 from fedleak.utils.io import atomic_path
 
+FL_METRICS = ("accuracy", "pmm", "test_loss", "fallback_rate")  # one value per FL run
 IMAGE_METRICS = ["psnr", "ssim", "mse", "lpips", "stlpips", "noise_ratio"]
 VICTIM_METRICS = [*IMAGE_METRICS, "iterations"]
 # the best image of a victim's batch by each image metric (GIAS Fig. 4's best-in-batch
@@ -34,6 +36,10 @@ TRADEOFF_COLUMNS = [
     "iterations_sd", "success_rate", "label_accuracy", "fallback_rate", "victims", "diverged",
     "failed",
 ]
+# 95 % bootstrap intervals (report.intervals): over victims (and seeds) for the victims'
+# metrics and the success rate, over FL seeds for PMM (NaN with one seed)
+INTERVAL_METRICS = [*IMAGE_METRICS, "success_rate", "pmm"]
+TRADEOFF_COLUMNS += [f"{m}_{side}" for m in INTERVAL_METRICS for side in ("low", "high")]
 TIMING_COLUMNS = [*TRADEOFF_KEYS, "victims", "wall_time_mean", "wall_time_max", "wall_time_sum"]
 EVALNET_COLUMNS = ["dataset", "ratio", "prediction", "increasing", "monotonic"]
 FL_KEYS = ["case", "setting", "defense", "strength", "seed", "history", "final_accuracy"]
@@ -161,10 +167,22 @@ def tradeoff_table(utility: pd.DataFrame, privacy: pd.DataFrame) -> pd.DataFrame
     df["victims"] = attack.size()
     df["diverged"] = attack["stop_reason"].agg(lambda r: int((r == "diverged").sum()))
     df["failed"] = attack["failure"].agg(lambda f: int(f.notna().sum()))
+    for metric in IMAGE_METRICS:
+        df[f"{metric}_low"], df[f"{metric}_high"] = _intervals(attack, metric)
+    df["success_rate_low"], df["success_rate_high"] = _intervals(attack, "success")
     fl = utility.groupby(["case", "defense", "strength"])
-    fl = fl.agg(accuracy=("final_accuracy", "mean"), pmm=("pmm", "mean")).reset_index()
+    fl = fl.agg(accuracy=("final_accuracy", "mean"), pmm=("pmm", "mean"),
+                pmm_low=("pmm", lambda v: interval(v)[0]),
+                pmm_high=("pmm", lambda v: interval(v)[1])).reset_index()
     df = df.reset_index().merge(fl, on=["case", "defense", "strength"], how="left")
     return df.reindex(columns=TRADEOFF_COLUMNS).reset_index(drop=True)
+
+
+def _intervals(groups, column: str) -> tuple[list[float], list[float]]:
+    """The 95 % interval of ``column``'s mean per group, over victims and seeds."""
+    statistic = "asr" if column == "success" else "mean"
+    pairs = [interval(g[column].astype(float), g["seed"], statistic) for _, g in groups]
+    return [low for low, _ in pairs], [high for _, high in pairs]
 
 
 def evalnet_table(evalnet_files: list[Path]) -> pd.DataFrame:

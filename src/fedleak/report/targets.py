@@ -29,6 +29,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from fedleak.config import figure_specs  # noqa: E402
 from fedleak.report.attribute import attribute_tradeoff  # noqa: E402
+from fedleak.report.claims import judge_all  # noqa: E402
 from fedleak.report.figures import save_figure  # noqa: E402
 from fedleak.report.privacy_grid import privacy_grid_figure  # noqa: E402
 from fedleak.report.reference import compare, paper_values, same  # noqa: E402
@@ -40,10 +41,9 @@ from fedleak.report.style import (  # noqa: E402
     log_if_spread,
     series_styles,
 )
-from fedleak.report.tables import SUCCESS_SSIM, write_csv  # noqa: E402
+from fedleak.report.tables import FL_METRICS, SUCCESS_SSIM, write_csv  # noqa: E402
 from fedleak.utils.io import load_npy, read_json, write_json  # noqa: E402
 
-FL_METRICS = ("accuracy", "pmm", "test_loss", "fallback_rate")
 # RecUP-FL's attribute jobs: the adversary's accuracy, the majority class's share and the
 # FL run's final test loss, one row per (point, seed, adversary, attribute, round)
 ATTRIBUTE_METRICS = ("attribute_asr", "learning_loss", "chance")
@@ -85,6 +85,7 @@ class TargetResult:
     comparison: pd.DataFrame | None
     agreement: dict[str, str]
     files: list[Path]
+    claims: pd.DataFrame | None = None  # the claims on this target, judged (report.claims)
 
 
 def split_metric(metric: str) -> tuple[str, str]:
@@ -114,7 +115,7 @@ def _aggregate(frame: pd.DataFrame, keys: list[str], metrics: list[str],
     return pd.DataFrame(out).reset_index()
 
 
-def _source(inputs: TargetInputs, metrics: list[str]) -> pd.DataFrame:
+def source_of(inputs: TargetInputs, metrics: list[str]) -> pd.DataFrame:
     """The attribute jobs when a metric is an attribute metric (the others read from there
     too: accuracy is a column of it), the FL runs when every metric is an FL metric, else
     the attacked victims."""
@@ -147,7 +148,7 @@ def select_rows(inputs: TargetInputs, where: dict | None) -> TargetInputs:
 def build_table(spec: dict, inputs: TargetInputs) -> pd.DataFrame:
     """The target's tidy table: its row and column keys, then its metrics."""
     keys = [*spec["rows"], *spec.get("columns", [])]
-    source = _source(inputs, spec["metrics"])
+    source = source_of(inputs, spec["metrics"])
     over = spec.get("over", "all")
     if over == "successes" and "ssim" not in source:
         raise ValueError(f"table.over: successes needs victims with an SSIM; the metrics "
@@ -187,7 +188,7 @@ def line_figure(spec: dict, inputs: TargetInputs, title: str,
     y, ylabel = metrics[0], LABELS.get(metrics[0], LABELS.get(split_metric(metrics[0])[0],
                                                                 metrics[0]))
     keys = [k for k in (x, hue, panels) if k]
-    source = _source(inputs, metrics)
+    source = source_of(inputs, metrics)
     data = _aggregate(source, keys, metrics).assign(_ours=True)
     paper = paper_values(reference, [*keys, y]).assign(_ours=False)
     if len(metrics) > 1:  # one curve per metric, named by its label
@@ -473,11 +474,12 @@ FIGURES = {"line": line_figure, "tradeoff": tradeoff_figure, "history": history_
 
 
 def write_target(name: str, spec: dict, inputs: TargetInputs, reference: dict | None,
-                 out_dir: Path) -> TargetResult:
-    """``<name>.csv`` (the table), ``<name>_vs_paper.csv`` (with a reference), ``<name>.png``
-    (the figure) and ``summary.json`` under ``out_dir``."""
+                 out_dir: Path, claims: list[dict] | None = None) -> TargetResult:
+    """``<name>.csv`` (the table), ``<name>_vs_paper.csv`` (with a reference),
+    ``<name>_claims.csv`` (the ``claims`` on it, judged), ``<name>.png`` (the figure) and
+    ``summary.json`` under ``out_dir``."""
     out_dir = Path(out_dir)
-    files, table, comparison, agreement = [], None, None, {}
+    files, table, comparison, agreement, judged = [], None, None, {}, None
     inputs = select_rows(inputs, spec.get("where"))
     if "table" in spec:
         table = build_table(spec["table"], inputs)
@@ -486,6 +488,10 @@ def write_target(name: str, spec: dict, inputs: TargetInputs, reference: dict | 
             keys = [*spec["table"]["rows"], *spec["table"].get("columns", [])]
             comparison, agreement = compare(table, keys, reference)
             files.append(write_csv(comparison, out_dir / f"{name}_vs_paper.csv"))
+        if claims:
+            judged = judge_all(claims, spec["table"], table,
+                               source_of(inputs, spec["table"]["metrics"]))
+            files.append(write_csv(judged, out_dir / f"{name}_claims.csv"))
     for panel, figure_spec in figure_specs(spec):
         figure = FIGURES[figure_spec["kind"]](
             figure_spec, select_rows(inputs, figure_spec.get("where")),
@@ -494,7 +500,7 @@ def write_target(name: str, spec: dict, inputs: TargetInputs, reference: dict | 
     write_json(out_dir / "summary.json", {"name": name, "title": spec["title"],
                                           "agreement": agreement,
                                           "files": [f.name for f in files]})
-    return TargetResult(name, spec["title"], table, comparison, agreement, files)
+    return TargetResult(name, spec["title"], table, comparison, agreement, files, judged)
 
 
 def load_target(out_dir: Path) -> TargetResult:
@@ -508,4 +514,5 @@ def load_target(out_dir: Path) -> TargetResult:
         return pd.read_csv(path) if path in files else None
 
     return TargetResult(summary["name"], summary["title"], table(".csv"),
-                        table("_vs_paper.csv"), summary["agreement"], files)
+                        table("_vs_paper.csv"), summary["agreement"], files,
+                        table("_claims.csv"))

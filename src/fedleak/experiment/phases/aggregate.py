@@ -121,14 +121,24 @@ def aggregate(config: dict, results: Path) -> None:
                                  figures(config, jobs))
     targets = [report.load_target(paths.target_dir(results, name))
                for name in plan.targets(config)]
+    claims = None
+    if config["claims"]:
+        claims = report.claims_table(config["claims"],
+                                     [t.claims for t in targets if t.claims is not None],
+                                     config["paper"] or config["title"], plan.claim_data(config),
+                                     plan.scale(config))
+        report.write_csv(claims, paths.claims(results))
     report.write_report(made, drawn, targets, paths.report(results), title=config["title"],
-                        substitutions=substitutions(config), departures=config["departures"])
+                        substitutions=substitutions(config), departures=config["departures"],
+                        claims=claims)
 
 
 def _outputs(config: dict, results: Path, jobs: pipeline.Jobs | None) -> dict:
     jobs = jobs or pipeline.walk(config, results)
     return {
         "report": Output(paths.report(results)),
+        **({"claims": Output(paths.claims(results), caption="table", category="Tables",
+                             labels={"table": "claims"})} if config["claims"] else {}),
         "tables": [Output(paths.table(results, t), caption="table", category="Tables",
                           labels={"table": t}) for t in tables(config, jobs)],
         "figures": [Output(paths.figure(results, f), category="Figures", labels={"figure": f},
@@ -145,7 +155,8 @@ PHASE = Phase(
     outputs=_outputs,
     run=aggregate,
     gathers=GATHERS,
-    params=lambda config, job: {k: config[k] for k in ("title", "attack")},
+    params=lambda config, job: {k: config[k] for k in ("title", "attack", "paper", "claims",
+                                                        "smoke")},
     work=lambda config, results, job: {
         "figure": len(figures(config, pipeline.walk(config, results)))},
     startup="startup:figures",

@@ -23,7 +23,8 @@ def write_target(config: dict, results: Path, name: str) -> None:
 
     result = report.write_target(name, config["targets"][name],
                                  target_inputs(config, results, name),
-                                 config["reference"].get(name), paths.target_dir(results, name))
+                                 config["reference"].get(name), paths.target_dir(results, name),
+                                 plan.claims_on(config, name))
     print(f"{name}: {', '.join(str(f) for f in result.files)}", file=sys.stderr)
 
 
