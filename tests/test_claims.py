@@ -11,8 +11,10 @@ import pytest
 import scipy.stats
 from conftest import REPO
 
+from fedleak import cli
 from fedleak import config as cfg
-from fedleak.experiment import configuration
+from fedleak.data.datasets import load
+from fedleak.experiment import configuration, plan
 from fedleak.report.claims import CLAIM_COLUMNS, claims_table, judge, summary_line, verdict
 from fedleak.report.intervals import interval, replicates
 from fedleak.report.targets import TargetInputs, build_table, source_of
@@ -146,7 +148,7 @@ def _words(text: str) -> str:
 def test_each_paper_states_its_claims_in_its_own_words(paper):
     config = configuration.load(REPO / "config" / "paper" / f"{paper}.yaml")
     smoke = configuration.validate({**cfg.read(REPO / "config" / "paper" / f"{paper}.yaml"),
-                                    "smoke": True})
+                                    "scale": "smoke"})
     text = _words((REPO.parent / "shared" / "papers" / f"{paper}.txt").read_text()) \
         if (REPO.parent / "shared" / "papers").is_dir() else None
     assert config["paper"] and len(config["claims"]) >= LEAST[paper]
@@ -171,3 +173,46 @@ def test_a_bad_claim_is_refused_naming_it(change, message):
     twice = [epafl["claims"][0], epafl["claims"][0]]
     with pytest.raises(cfg.ConfigError, match="the id is used twice"):
         configuration.validate({**epafl, "claims": twice})
+
+
+def test_a_scale_merges_its_overrides_and_says_what_it_changes():
+    raw = cfg.read(REPO / "config" / "paper" / "epafl.yaml")
+    full = configuration.validate(raw)
+    reduced = configuration.validate({**raw, "scale": "reduced"})
+    assert full["attack"]["victims"]["count"] == 100 and plan.scale_conditions(full) == ""
+    assert reduced["attack"]["victims"]["count"] == 8
+    assert reduced["datasets"]["cifar10"]["stand_in"] == "natural"
+    assert plan.scale_conditions(reduced) == (
+        "datasets.cifar10.stand_in=natural; datasets.cifar10.max_images=2000; "
+        "attack.victims.count=8")
+    assert plan.claim_data(reduced)["time-mnist"] == "paper"  # the real MNIST test set
+    assert plan.claim_data(reduced)["time-cifar10"] == "stand-in"
+    with pytest.raises(cfg.ConfigError, match=re.escape(
+            "'smoke' True is now 'scale' (full, reduced or smoke): --config scale=smoke")):
+        configuration.validate({**raw, "smoke": True})
+
+
+def test_the_natural_stand_in_is_photo_crops_in_the_dataset_s_shape():
+    data = load("cifar10", stand_in="natural", max_images=300)
+    assert tuple(data.x.shape) == (300, 3, 32, 32) and data.num_classes == 10
+    assert set(data.y.tolist()) == set(range(10))
+    assert float(data.x.std()) > 0.1  # photographs, not a flat fill
+    assert tuple(load("mnist", stand_in="natural", max_images=4).x.shape) == (4, 1, 28, 28)
+
+
+def test_verdicts_are_written_from_claims_files(tmp_path, capsys):
+    claims = [{"id": "a", "section": "§1", "statement": "it works", "paper": 0.5,
+               "expect": {"<": 1}}]
+    judged = pd.DataFrame([{"claim": "a", "ours": 0.4, "ci_low": 0.3, "ci_high": 0.6,
+                            "verdict": "holds", "victims": 8, "seeds": 1}])
+    table = claims_table(claims, [judged], "EPAFL", {"a": "paper"}, "reduced",
+                         "attack.victims.count=8")
+    table.to_csv(tmp_path / "claims.csv", index=False)
+    assert cli.main(["verdicts", str(tmp_path / "claims.csv")]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# Verdicts") and "## EPAFL" in text
+    assert '| a       | §1        | "it works"' in text and "0.4 [0.3, 0.6]" in text
+    assert "changes from the paper's configuration: attack.victims.count=8." in text
+    (tmp_path / "bad.csv").write_text("claim,ours\na,1\n")
+    assert cli.main(["verdicts", str(tmp_path / "bad.csv")]) == 2
+    assert "bad.csv: columns ['claim', 'ours'], expected" in capsys.readouterr().err

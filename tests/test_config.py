@@ -64,7 +64,7 @@ def test_a_label_runs_a_registered_attack_or_defense_under_another_name():
 
 
 def test_smoke_merges_its_overrides_before_validation():
-    config = configuration.validate({"attacks": {"dlg": {"iterations": 300}}, "smoke": True,
+    config = configuration.validate({"attacks": {"dlg": {"iterations": 300}}, "scale": "smoke",
                            "smoke_overrides": {"attacks": {"dlg": {"iterations": 2}},
                                                "datasets": {"mnist": {"stand_in": "digits"}}}})
     assert config["attacks"]["dlg"]["iterations"] == 2 and config["attacks"]["dlg"]["lr"] == 1.0

@@ -23,7 +23,7 @@ RECUPFL = config.read(REPO / "config" / "paper" / "recupfl.yaml")
 
 def smoke(raw: dict, name: str, **study) -> dict:
     """The paper's smoke configuration with ``study`` over its target ``name``'s study."""
-    out = configuration.validate({**copy.deepcopy(raw), "smoke": True})
+    out = configuration.validate({**copy.deepcopy(raw), "scale": "smoke"})
     out["targets"][name]["study"].update(study)
     return out
 
@@ -47,7 +47,7 @@ def test_the_cost_tables_are_studies_that_plan_no_run(raw, name, models, labels)
     reference = full["reference"][name]
     column = reference["columns"].index("defense")
     assert {row[column] for row in reference["rows"]} == set(labels)
-    small = configuration.validate({**copy.deepcopy(raw), "smoke": True})
+    small = configuration.validate({**copy.deepcopy(raw), "scale": "smoke"})
     assert small["targets"][name]["study"]["repeats"] == 2
 
 

@@ -80,7 +80,7 @@ def test_a_configuration_without_targets_has_one_row_all(tmp_path, capsys, one_s
 def test_smoke_prices_the_smoke_overrides(tmp_path, capsys, one_second_units):
     paper = str(REPO / "config" / "paper" / "epafl.yaml")
     full, smoke = (estimate_csv(capsys, "--config", paper, "--results", str(tmp_path), *extra)
-                   for extra in ([], ["--smoke"]))
+                   for extra in ([], ["--scale", "smoke"]))
     assert [r["target"] for r in full] == [r["target"] for r in smoke]
     assert float(smoke[-1]["cpu_hours"]) < float(full[-1]["cpu_hours"])
 

@@ -145,7 +145,7 @@ def test_readme_smoke_plan_runs_every_target(paper, tmp_path):
     planned = dict(re.findall(r"^(\w+) +(\d+)$", dry.stdout + dry.stderr, flags=re.M))
     results = root / "results"
     config = in_process.resolved(root / "config" / "paper" / f"{paper}.yaml", results,
-                                 smoke=True)
+                                 scale="smoke")
     ran = in_process.run_plan(config, results)
     assert {**ran, "all": 1, "total": sum(ran.values()) + 1} == {
         rule: int(n) for rule, n in planned.items()}
@@ -218,4 +218,4 @@ def test_the_catalog_names_the_data_and_files_of_the_jobs_a_target_plans():
 
 def test_every_paper_config_has_a_readme_smoke_line():
     for paper in PAPERS:
-        assert "--config smoke=True" in smoke_command(paper.stem)
+        assert "--config scale=smoke" in smoke_command(paper.stem)

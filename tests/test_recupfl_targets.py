@@ -202,7 +202,7 @@ def test_the_recupfl_paper_config_plans_attribute_jobs_only_where_targets_read_t
     assert cases["lfw"] == ["race", "age", "gender", "glasses", "hair"]
     assert 49 in plan.checkpoint_rounds(paper) and paper["fl"]["rounds"] >= 50
     smoke = configuration.validate({**config.read(REPO / "config" / "paper" / "recupfl.yaml"),
-                             "smoke": True})
+                             "scale": "smoke"})
     assert {paper_case["dataset"] for paper_case in smoke["cases"]} == {
         "audiomnist", "adult", "lfw", "celeba"}
     assert all(smoke["datasets"][d]["stand_in"] == "digits"

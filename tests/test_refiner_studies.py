@@ -149,7 +149,7 @@ def test_a_bad_study_is_refused_naming_the_key(target, change, message):
 
 
 def test_more_images_than_a_listed_dataset_holds_is_refused():
-    bad = {**copy.deepcopy(REFINER), "smoke": True}
+    bad = {**copy.deepcopy(REFINER), "scale": "smoke"}
     bad["smoke_overrides"]["targets"]["fig4"]["study"]["images"] = 5000
     with pytest.raises(config.ConfigError, match=r"'targets.fig4.study.images' 5000 is more than "
                                                  r"the test split of 'svhn' holds"):
@@ -159,7 +159,7 @@ def test_more_images_than_a_listed_dataset_holds_is_refused():
 @pytest.fixture(scope="module")
 def smoke_results(tmp_path_factory):
     """The smoke configuration's prepared stand-ins and evaluation networks, twice."""
-    smoke = configuration.validate({**copy.deepcopy(REFINER), "smoke": True})
+    smoke = configuration.validate({**copy.deepcopy(REFINER), "scale": "smoke"})
     roots = [tmp_path_factory.mktemp(f"results{i}") for i in range(2)]
     for root in roots:
         for dataset in ("natural", "svhn", "cifar10", "cifar100"):

@@ -69,7 +69,7 @@ def test_a_bad_study_is_refused_naming_the_key(change, message):
 
 
 def test_a_study_target_from_measurement_to_comparison(tmp_path):
-    smoke = configuration.validate({**copy.deepcopy(REFINER), "smoke": True})
+    smoke = configuration.validate({**copy.deepcopy(REFINER), "scale": "smoke"})
     prepare_data(smoke, tmp_path, "natural")
     run_study(smoke, tmp_path, "fig3")
     again = tmp_path / "again"
@@ -90,7 +90,7 @@ def test_a_study_target_from_measurement_to_comparison(tmp_path):
 
 
 def test_a_study_asking_for_more_images_than_prepared_fails_before_measuring(tmp_path):
-    smoke = configuration.validate({**copy.deepcopy(REFINER), "smoke": True})
+    smoke = configuration.validate({**copy.deepcopy(REFINER), "scale": "smoke"})
     smoke["targets"]["fig3"]["study"]["images"] = 40  # under the bound, over the 18 there
     prepare_data(smoke, tmp_path, "natural")
     with pytest.raises(ValueError, match=r"'images' 40 is more than the \d+ test images of "

@@ -363,7 +363,7 @@ def test_the_report_says_what_stands_in_for_the_papers_data_and_priors(tmp_path)
     from fedleak.report.markdown import write_report
 
     path = REPO / "config" / "paper" / "gias.yaml"
-    smoke = substitutions(configuration.validate({**config.read(path), "smoke": True}))
+    smoke = substitutions(configuration.validate({**config.read(path), "scale": "smoke"}))
     assert any(line.startswith("`imagenet` (3x64x64, 1000 classes) is the `digits` stand-in")
                for line in smoke)
     assert any("`cifar10`" in line and "FakeData" in line for line in smoke)  # a prior's data

@@ -57,10 +57,28 @@ def _targets(args, config: dict | None) -> None:
 def _estimate(args, config: dict) -> None:
     from fedleak.experiment import estimate
 
-    if args.smoke:  # as `snakemake --config smoke=True`: the smoke_overrides merged in
-        config = configuration.validate({**cfg.read(args.config), "smoke": True})
+    if args.scale:  # as `snakemake --config scale=reduced`: its overrides merged in
+        config = configuration.validate({**cfg.read(args.config), "scale": args.scale})
     rows = estimate.estimate(config, args.target_names, args.results)
     print((estimate.csv_text if args.format == "csv" else estimate.text)(rows), end="")
+
+
+def _verdicts(args, config: dict | None) -> None:
+    import pandas as pd
+
+    from fedleak.report.claims import CLAIM_COLUMNS
+    from fedleak.report.markdown import verdicts_text
+
+    tables = []
+    for path in args.claims:
+        if not path.is_file():
+            raise ValueError(f"{path}: no such file (a run's results/claims.csv)")
+        table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+        if list(table.columns) != CLAIM_COLUMNS:
+            raise ValueError(f"{path}: columns {list(table.columns)}, expected "
+                             f"{CLAIM_COLUMNS} (results/claims.csv of a run)")
+        tables.append(table)
+    print(verdicts_text(tables), end="")
 
 
 def _verify(args, config: dict | None) -> None:
@@ -83,12 +101,14 @@ TOOLS = {
     "targets": (_targets, "print the README's table of the paper configurations' targets",
                 ["configs"]),
     "estimate": (_estimate, "estimated jobs, CPU-hours and GPU-hours of each target, from a "
-                 "calibration on this machine (cached)", ["target_names", "format", "smoke"]),
+                 "calibration on this machine (cached)", ["target_names", "format", "scale"]),
+    "verdicts": (_verdicts, "print docs/verdicts.md from runs' results/claims.csv files",
+                 ["claims"]),
     "verify": (_verify, "hash every output dvc.lock records again (after `dvc pull`) and name "
                "what differs", ["root"]),
     "dvc-yaml": (_dvc_yaml, "print dvc.yaml, made from the phases' declarations", ["root"]),
 }
-NO_CONFIG = ("list", "targets", "verify", "dvc-yaml")
+NO_CONFIG = ("list", "targets", "verdicts", "verify", "dvc-yaml")
 
 
 def _typed(kind):
@@ -111,14 +131,17 @@ ARGUMENTS = {
              "help": "the DVC repository (default: the current folder)"},
     "configs": {"type": Path, "nargs": "+", "help": "paper configurations, e.g. "
                                                     "config/paper/*.yaml"},
+    "claims": {"type": Path, "nargs": "+", "help": "claims.csv files of runs, e.g. "
+                                                   "results/claims.csv"},
     "target_names": {"nargs": "*", "metavar": "target",
                      "help": "targets of the configuration (default: all of them)"},
     "format": {"choices": ("text", "csv"), "default": "text",
                "help": "text (default) or csv: target,jobs,cpu_hours,gpu_hours"},
-    "smoke": {"action": "store_true",
-              "help": "with the configuration's smoke_overrides, as `--config smoke=True`"},
+    "scale": {"choices": ("full", "reduced", "smoke"),
+              "help": "at this scale, as `--config scale=reduced` (default: the "
+                      "configuration's own)"},
 }
-POSITIONAL = ("configs", "target_names")
+POSITIONAL = ("configs", "claims", "target_names")
 
 
 def _run_phase(phase):

@@ -255,6 +255,9 @@ def figure_specs(target: dict) -> list[tuple[str, dict]]:
     return [(chr(ord("a") + i), f) for i, f in enumerate(figure)]
 
 
+SCALED = ("reduced", "smoke")  # the scales with overrides of their own
+
+
 def merge(base: dict, update: Mapping) -> dict:
     """``update`` merged into ``base`` in place: mappings key by key, anything else replaced."""
     for key, value in update.items():
@@ -266,12 +269,14 @@ def merge(base: dict, update: Mapping) -> dict:
 
 
 def validate_schema(config: dict | None) -> dict:
-    """A copy of ``config`` checked against the schema with every default filled in (with
-    ``smoke`` set, its ``smoke_overrides`` merged in first), each attack and defense label's
-    parameters resolved; the rules between its values are ``experiment.configuration``'s."""
+    """A copy of ``config`` checked against the schema with every default filled in (its
+    ``<scale>_overrides`` merged in first where ``scale`` is ``smoke`` or ``reduced``), each
+    attack and defense label's parameters resolved; the rules between its values are
+    ``experiment.configuration``'s."""
     config = copy.deepcopy(config or {})
-    if config.get("smoke") is True and isinstance(config.get("smoke_overrides"), Mapping):
-        merge(config, config["smoke_overrides"])
+    overrides = config.get(f"{config.get('scale')}_overrides")
+    if config.get("scale") in SCALED and isinstance(overrides, Mapping):
+        merge(config, overrides)
     config = check(config, schema())
     _check_labels(config)
     _validate_defenses(config)

@@ -28,6 +28,7 @@ carries its attributes (``attributes.stand_in``).
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +69,7 @@ def load_natural(count: int, seed: int, channels: int = 3, size: int = 32) -> Im
         image = img_as_float32(getattr(skimage.data, name)())
         image = gray2rgb(image) if image.ndim == 2 else image[..., :3]
         levels = []
-        for short_side in (48, 96, 192):
+        for short_side in sorted({max(side, size) for side in (48, 96, 192)}):
             factor = short_side / min(image.shape[:2])
             if factor < 1:
                 levels.append(rescale(image, factor, channel_axis=-1, anti_aliasing=True))
@@ -163,6 +164,8 @@ def size(name: str, spec: dict) -> int | None:
     folder; None: not known before it is prepared)."""
     if name in ATTRIBUTE_DATASETS or name not in DATASETS:
         return None
+    if spec.get("stand_in") == "natural":  # as many crops as asked for
+        return spec.get("max_images", STAND_IN_SIZE)
     if spec.get("stand_in"):
         count = DIGITS_COUNT if spec["stand_in"] == "digits" else STAND_IN_SIZE
         return min(count, spec.get("max_images", count))
@@ -187,9 +190,13 @@ def split_capacity(name: str, spec: dict, split: str = "train") -> int | None:
     return int(total * share) + classes * len(fractions)
 
 
-def load_stand_in(name: str, kind: str, seed: int = 0, size: int | None = None) -> ImageData:
-    """Bundled data in the image shape and class count of ``name`` (smoke runs); an image
-    folder's images ``size`` pixels square, as its loader resizes them."""
+def load_stand_in(name: str, kind: str, seed: int = 0, size: int | None = None,
+                  count: int = STAND_IN_SIZE) -> ImageData:
+    """Bundled data in the image shape and class count of ``name``; an image folder's
+    images ``size`` pixels square, as its loader resizes them. ``digits``: scikit-learn's
+    digits resized; ``fake``: torchvision's FakeData (noise); ``natural``: ``count`` crops
+    of scikit-image's photographs (``load_natural``), each labelled by its photograph
+    (modulo the class count)."""
     if name not in SHAPES:
         raise ValueError(f"no stand-in shape for dataset {name!r}; expected one of "
                          f"{sorted(SHAPES)}")
@@ -202,6 +209,9 @@ def load_stand_in(name: str, kind: str, seed: int = 0, size: int | None = None) 
         digits = load_digits(channels, height)
         x = F.interpolate(digits.x, size=(height, width), mode="bilinear", align_corners=False)
         return ImageData(x.clamp(0, 1).contiguous(), digits.y, classes)
+    if kind == "natural":  # each dataset its own crops (ImageNet's are not CIFAR-10's)
+        photos = load_natural(count, seed + zlib.crc32(name.encode()), channels, height)
+        return ImageData(photos.x, photos.y % classes, classes)
     if kind == "fake":
         from torchvision.datasets import FakeData
         from torchvision.transforms.functional import pil_to_tensor
@@ -210,7 +220,7 @@ def load_stand_in(name: str, kind: str, seed: int = 0, size: int | None = None) 
         images, labels = zip(*((pil_to_tensor(image), label) for image, label in fake))
         x = torch.stack(images).float() / 255.0
         return ImageData(x, torch.as_tensor(labels, dtype=torch.int64), classes)
-    raise ValueError(f"stand_in must be 'digits' or 'fake', got {kind!r}")
+    raise ValueError(f"stand_in must be 'digits', 'fake' or 'natural', got {kind!r}")
 
 
 def missing(name: str, options: dict) -> str | None:
@@ -249,7 +259,8 @@ def load(name: str, **options) -> ImageData:
     """Load a dataset by name; options are those of the loader (``stand_in``: smoke data)."""
     stand_in = options.pop("stand_in", None)
     if stand_in:  # its first max_images, as a folder's (a smoke run's cheaper evaluation)
-        data = load_stand_in(name, stand_in, size=options.get("size"))
+        data = load_stand_in(name, stand_in, size=options.get("size"),
+                             count=options.get("max_images", STAND_IN_SIZE))
         return data.subset(torch.arange(min(len(data), options.get("max_images", len(data)))))
     if name in TORCHVISION:
         return load_torchvision(name, **options)

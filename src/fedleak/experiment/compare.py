@@ -94,11 +94,15 @@ def compare(config: dict, results: Path) -> str:
     head = []
     if config["claims"]:
         claims = claims_table(config["claims"], judged, config["paper"] or config["title"],
-                              plan.claim_data(config), plan.scale(config))
+                              plan.claim_data(config), config["scale"],
+                              plan.scale_conditions(config))
         head = [*textwrap.wrap(f"claims of {claims['paper'].iloc[0]}: {summary_line(claims)}, "
-                               f"at {plan.scale(config)} scale (ours with its 95 % bootstrap "
+                               f"at {config['scale']} scale (ours with its 95 % bootstrap "
                                "interval; n: victims or FL runs / seeds)", WIDTH),
-                *_claim_lines(claims), ""]
+                *_claim_lines(claims),
+                *textwrap.wrap(f"what the {config['scale']} scale changes from the paper's "
+                               f"configuration: {plan.scale_conditions(config)}"
+                               if config["scale"] != "full" else "", WIDTH), ""]
     if not blocks and not head:
         return "no target has reference numbers or claims\n"
     if summary:

@@ -60,8 +60,9 @@ def load(path: str | Path) -> dict:
 
 def validate(config: dict | None) -> dict:
     """A validated copy of ``config``: the schema's checks and defaults
-    (``config.validate_schema``; with ``smoke`` set, its ``smoke_overrides`` merged in
-    first), then the rules between its values, each attack's and defense's own included."""
+    (``config.validate_schema``; at ``scale`` smoke or reduced, its
+    ``<scale>_overrides`` merged in first), then the rules between its values, each
+    attack's and defense's own included."""
     _refuse_moved(config)
     config = validate_schema(config)
     victims_, attacker = config["attack"]["victims"], config["attack"]["attacker"]
@@ -117,6 +118,9 @@ def _refuse_moved(config: Any) -> None:
     section itself, its smoke override or a target's sweep (an old int ``victims`` too)."""
     if not isinstance(config, Mapping):
         return
+    if "smoke" in config:
+        raise ConfigError(f"invalid config: 'smoke' {config['smoke']!r} is now 'scale' (full, "
+                          f"reduced or smoke): --config scale=smoke")
     smoke = config.get("smoke_overrides")
     for where, section in (("attack", config.get("attack")),
                            ("smoke_overrides.attack",

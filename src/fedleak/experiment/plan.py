@@ -354,20 +354,36 @@ def claims_on(config: dict, name: str) -> list[dict]:
 
 
 def claim_data(config: dict) -> dict[str, str]:
-    """Per claim: ``stand-in`` where a dataset its target reads is a stand-in (or, for a
-    target without cases, a study, in smoke mode), else ``paper``."""
+    """Per claim: ``stand-in`` where a dataset it reads (its rows' ``dataset``, else its
+    target's) is a stand-in (for a target without cases, a study: at a scale but full),
+    else ``paper``."""
     datasets: dict[str, set] = {}
     for point in points(config):
         datasets.setdefault(point.target, set()).add(find_case(config, point.case)["dataset"])
     data = {}
     for claim in config["claims"]:
-        read = datasets.get(claim["target"])
+        named = {claim[side]["dataset"] for side in ("of", "to")
+                 if claim.get(side, {}).get("dataset") is not None}
+        read = named or datasets.get(claim["target"])
         stand_in = any(config["datasets"].get(d, {}).get("stand_in") for d in read) \
-            if read else config["smoke"]
+            if read else config["scale"] != "full"
         data[claim["id"]] = "stand-in" if stand_in else "paper"
     return data
 
 
-def scale(config: dict) -> str:
-    """smoke (the configuration's smoke_overrides applied) or full: claims.csv's scale."""
-    return "smoke" if config["smoke"] else "full"
+def scale_conditions(config: dict) -> str:
+    """What the configuration's scale changes from its full form: each leaf of its
+    ``<scale>_overrides`` as ``path=value`` (a target's own selection: ``targets.<t>``),
+    joined by "; " ("" at full scale)."""
+    if config["scale"] == "full":
+        return ""
+
+    def leaves(value, path: str) -> list[str]:
+        if path.startswith("targets.") and path.count(".") == 1:
+            return [path]
+        if isinstance(value, dict) and value:
+            return [leaf for key, sub in value.items() for leaf in leaves(sub, f"{path}.{key}")]
+        return [f"{path}={value}"]
+
+    overrides = config[f"{config['scale']}_overrides"]
+    return "; ".join(leaf for key, value in overrides.items() for leaf in leaves(value, key))

@@ -29,7 +29,8 @@ from fedleak.report.tables import FL_METRICS, SUCCESS_SSIM
 VERDICTS = ("holds", "fails", "inconclusive")
 JUDGED_COLUMNS = ["claim", "ours", "ci_low", "ci_high", "verdict", "victims", "seeds"]
 CLAIM_COLUMNS = ["claim", "paper", "section", "statement", "paper_value", "ours", "ci_low",
-                 "ci_high", "verdict", "data", "scale", "victims", "seeds", "expect"]
+                 "ci_high", "verdict", "data", "scale", "victims", "seeds", "expect",
+                 "conditions"]
 RUN_KEYS = ("case", "defense", "strength", "series", "seed")  # one FL run of a point
 
 
@@ -126,19 +127,20 @@ def judge_all(claims: list[Mapping], spec: Mapping, table: pd.DataFrame,
 
 
 def claims_table(claims: list[Mapping], judged: list[pd.DataFrame], paper: str,
-                 data: Mapping[str, str], scale: str) -> pd.DataFrame:
+                 data: Mapping[str, str], scale: str, conditions: str = "") -> pd.DataFrame:
     """``results/claims.csv``: each claim's words and the paper's value beside its row of
     the targets' ``judged`` frames, on which ``data`` (claim id -> paper or stand-in) at
-    which ``scale``; ``expect``: the side the quantity lies on if the claim holds."""
+    which ``scale``; ``expect``: the side the quantity lies on if the claim holds;
+    ``conditions``: what the scale changes from the paper's configuration."""
     judged = pd.concat(judged, ignore_index=True) if judged else \
         pd.DataFrame(columns=JUDGED_COLUMNS)
     text = pd.DataFrame([{"claim": c["id"], "paper": paper, "section": c["section"],
                           "statement": c["statement"], "paper_value": c["paper"],
                           "data": data[c["id"]], "scale": scale,
-                          "expect": " ".join(f"{op} {b:g}" for op, b in c["expect"].items())}
-                         for c in claims],
+                          "expect": " ".join(f"{op} {b:g}" for op, b in c["expect"].items()),
+                          "conditions": conditions} for c in claims],
                         columns=["claim", "paper", "section", "statement", "paper_value",
-                                 "data", "scale", "expect"])
+                                 "data", "scale", "expect", "conditions"])
     merged = text.merge(judged, on="claim", how="left")
     merged["verdict"] = merged["verdict"].fillna("inconclusive")
     return merged[CLAIM_COLUMNS]

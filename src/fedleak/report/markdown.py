@@ -97,8 +97,10 @@ def number_text(value: float) -> str:
     return "-" if pd.isna(value) else f"{value:.3g}"
 
 
-def claims_section(claims: pd.DataFrame) -> list[str]:
-    """The verdicts: one row per claim, ours with its interval beside the paper's value."""
+def claims_section(claims: pd.DataFrame, heading: str = "## Does the paper's claim hold?",
+                   link: str = "[claims.csv](claims.csv) has every column.") -> list[str]:
+    """The verdicts: one row per claim, ours with its interval beside the paper's value,
+    then what the scale changes from the paper's configuration."""
     shown = pd.DataFrame({
         "claim": claims["claim"], "section": claims["section"],
         "the paper says": claims["statement"].map(lambda s: f"\"{s}\""),
@@ -110,14 +112,27 @@ def claims_section(claims: pd.DataFrame) -> list[str]:
         "verdict": claims["verdict"].map(lambda v: f"**{v}**"),
         "n": [f"{v} / {s}" for v, s in zip(claims["victims"], claims["seeds"])]})
     scale, data = (", ".join(sorted(set(claims[c].astype(str)))) for c in ("scale", "data"))
-    return ["## Does the paper's claim hold?",
+    conditions = sorted({str(c) for c in claims["conditions"].fillna("") if c})
+    return [heading,
             f"{summary_line(claims)} at {scale} scale on {data} data. Ours is the claim's "
             "quantity (a metric, or its difference or ratio between rows) with a 95 % "
             "bootstrap interval over victims and FL seeds; a claim holds or fails only when "
             "its interval lies wholly on one side of the claim's threshold, else it is "
-            "inconclusive; n: victims (or FL runs) / seeds. "
-            "[claims.csv](claims.csv) has every column.",
-            _markdown_table(shown)]
+            f"inconclusive; n: victims (or FL runs) / seeds. {link}".strip(),
+            _markdown_table(shown),
+            *(f"What the {scale} scale changes from the paper's configuration: {c}."
+              for c in conditions)]
+
+
+def verdicts_text(tables: list[pd.DataFrame]) -> str:
+    """docs/verdicts.md: per paper, its claims.csv as the report opens with it."""
+    sections = ["# Verdicts",
+                "Written by `fedleak verdicts` from the claims.csv of each run below (not by "
+                "hand); the full configurations' departures from the papers are in their "
+                "files and reports."]
+    for table in tables:
+        sections += claims_section(table, f"## {table['paper'].iloc[0]}", link="")
+    return "\n\n".join(sections) + "\n"
 
 
 def _departure_line(departure: dict) -> str:

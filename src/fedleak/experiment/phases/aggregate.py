@@ -59,8 +59,10 @@ def substitutions(config: dict) -> list[str]:
         kind = config["datasets"].get(name, {}).get("stand_in")
         if kind:
             c, h, w, classes = SHAPES[name]
-            source = ("scikit-learn's bundled digits, resized, with their 10 labels"
-                      if kind == "digits" else "torchvision's FakeData noise")
+            source = {"digits": "scikit-learn's bundled digits, resized, with their 10 labels",
+                      "natural": "crops of scikit-image's bundled photographs, labelled by "
+                                 "photograph",
+                      "fake": "torchvision's FakeData noise"}[kind]
             lines.append(f"`{name}` ({c}x{h}x{w}, {classes} classes) is the `{kind}` stand-in: "
                          f"{source}, not {name}'s images.")
     if priors_of:
@@ -126,7 +128,7 @@ def aggregate(config: dict, results: Path) -> None:
         claims = report.claims_table(config["claims"],
                                      [t.claims for t in targets if t.claims is not None],
                                      config["paper"] or config["title"], plan.claim_data(config),
-                                     plan.scale(config))
+                                     config["scale"], plan.scale_conditions(config))
         report.write_csv(claims, paths.claims(results))
     report.write_report(made, drawn, targets, paths.report(results), title=config["title"],
                         substitutions=substitutions(config), departures=config["departures"],
@@ -156,7 +158,7 @@ PHASE = Phase(
     run=aggregate,
     gathers=GATHERS,
     params=lambda config, job: {k: config[k] for k in ("title", "attack", "paper", "claims",
-                                                        "smoke")},
+                                                        "scale")},
     work=lambda config, results, job: {
         "figure": len(figures(config, pipeline.walk(config, results)))},
     startup="startup:figures",
