@@ -216,3 +216,10 @@ def test_verdicts_are_written_from_claims_files(tmp_path, capsys):
     (tmp_path / "bad.csv").write_text("claim,ours\na,1\n")
     assert cli.main(["verdicts", str(tmp_path / "bad.csv")]) == 2
     assert "bad.csv: columns ['claim', 'ours'], expected" in capsys.readouterr().err
+
+
+def test_docs_verdicts_is_what_fedleak_verdicts_writes_from_the_runs_claims(capsys):
+    runs = sorted((REPO / "docs" / "verdicts").glob("*.csv"))
+    assert runs  # at least one reduced run's claims.csv
+    assert cli.main(["verdicts", *map(str, runs)]) == 0
+    assert capsys.readouterr().out == (REPO / "docs" / "verdicts.md").read_text()

@@ -111,7 +111,7 @@ def claims_section(claims: pd.DataFrame, heading: str = "## Does the paper's cla
                                                 claims["ci_high"])],
         "verdict": claims["verdict"].map(lambda v: f"**{v}**"),
         "n": [f"{v} / {s}" for v, s in zip(claims["victims"], claims["seeds"])]})
-    scale, data = (", ".join(sorted(set(claims[c].astype(str)))) for c in ("scale", "data"))
+    scale, data = (" and ".join(sorted(set(claims[c].astype(str)))) for c in ("scale", "data"))
     conditions = sorted({str(c) for c in claims["conditions"].fillna("") if c})
     return [heading,
             f"{summary_line(claims)} at {scale} scale on {data} data. Ours is the claim's "
@@ -128,8 +128,9 @@ def verdicts_text(tables: list[pd.DataFrame]) -> str:
     """docs/verdicts.md: per paper, its claims.csv as the report opens with it."""
     sections = ["# Verdicts",
                 "Written by `fedleak verdicts` from the claims.csv of each run below (not by "
-                "hand); the full configurations' departures from the papers are in their "
-                "files and reports."]
+                "hand), each run's scale and what it changes from the paper's configuration "
+                "under its table; the full configurations' departures from the papers are in "
+                "their files and reports."]
     for table in tables:
         sections += claims_section(table, f"## {table['paper'].iloc[0]}", link="")
     return "\n\n".join(sections) + "\n"
