@@ -209,16 +209,17 @@ def test_censor_public_class_keeps_that_class_and_names_a_missing_one():
         defenses.build("censor", public_class=3)
 
 
-@pytest.mark.parametrize("smoke", [False, True])
-def test_censor_table2_batches_hold_distinct_labels(smoke):
+@pytest.mark.parametrize("scale", ["full", "smoke"])
+def test_censor_table2_batches_hold_distinct_labels(scale):
     """Table II (§V-B): "no duplicate labels are present in each batch"; every B = 4 batch
     drawn for its settings, on ImageNet's held-out split (1,000 classes, 10 each) or the
     smoke stand-in's digits."""
-    config = configuration.validate({**cfg.read(CENSOR), "smoke": smoke})
+    config = configuration.validate({**cfg.read(CENSOR), "scale": scale})
     points = [p for p in plan.points(config) if p.target == "table2"]
     assert len(points) == 6
     rng = np.random.default_rng(0)
-    labels = rng.permutation(np.arange(360 if smoke else 10000) % (10 if smoke else 1000))
+    images, classes = (360, 10) if scale == "smoke" else (10000, 1000)
+    labels = rng.permutation(np.arange(images) % classes)
     for point in points:
         attack = plan.resolve(config, point.setting)["attack"]
         assert (attack["protocol"]["batch_size"], attack["victims"]["distinct_labels"],

@@ -34,11 +34,11 @@ def test_dvc_yaml_is_made_from_the_phases_declarations():
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
-@pytest.mark.parametrize("smoke", [False, True], ids=["full", "smoke"])
-def test_every_job_reads_only_outputs_of_the_phases_it_declares(path, smoke, tmp_path):
+@pytest.mark.parametrize("scale", ["full", "reduced", "smoke"])
+def test_every_job_reads_only_outputs_of_the_phases_it_declares(path, scale, tmp_path):
     """``Phase.reads`` (DVC's stage dependencies) holds every phase whose outputs a job of
     the walk reads, in every configuration the project ships."""
-    config = configuration.validate({**cfg.read(path), "smoke": smoke})
+    config = configuration.validate({**cfg.read(path), "scale": scale})
     jobs = pipeline.walk(config, tmp_path)
     made = {str(out): name for name in phases.NAMES for identity in jobs[name]
             for out in pipeline.job_outputs(phases.load(name), config, tmp_path, identity,

@@ -167,10 +167,10 @@ def test_a_selection_picks_cases_by_partition_kind():
             {"targets": {"a": {"title": "a", "select": [{"partitions": ["noniid"]}]}}})
 
 
-@pytest.mark.parametrize("smoke", [False, True])
-def test_refiner_reads_the_new_cases_only_in_figs_11_to_13(smoke):
+@pytest.mark.parametrize("scale", ["full", "smoke"])
+def test_refiner_reads_the_new_cases_only_in_figs_11_to_13(scale):
     raw = cfg.read(REPO / "config" / "paper" / "refiner.yaml")
-    config = configuration.validate({**raw, "smoke": smoke})
+    config = configuration.validate({**raw, "scale": scale})
     cases: dict[str, set[str]] = {}
     for point in plan.points(config):
         cases.setdefault(point.target, set()).add(point.case)
