@@ -8,6 +8,7 @@ import io
 import platform
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -112,9 +113,29 @@ def test_cost_grows_linearly_with_rounds_and_iterations(tmp_path, one_second_uni
         one, two, three = (hours(**{key: v}) for v in values)
         assert two - one == pytest.approx(three - two) and two > one, key
     config, _ = configured(tmp_path)
-    step = 1 / 3600  # one FL step, one second
+    step = 1 / 3600  # one FL step or one defended upload, one second
     fl_steps = config["fl"]["rounds"] * 4 * config["fl"]["local_steps"]  # 4 clients, all
-    assert hours(**{"fl.rounds": 8}) - hours() == pytest.approx(5 * fl_steps * step)  # 5 runs
+    uploads = config["fl"]["rounds"] * 4
+    # 5 runs; every upload priced but recupfl's (its zoo)
+    assert hours(**{"fl.rounds": 8}) - hours() == pytest.approx((5 * fl_steps + 4 * uploads)
+                                                                * step)
+
+
+def test_a_defended_upload_is_priced_with_its_defense_and_stand_ins(tmp_path, monkeypatch):
+    """An FL run's uploads through Soteria or Refiner (an untrained evaluation network in
+    place of the trained one) cost more than its plain SGD steps: the defense is priced."""
+    config, _ = configured(tmp_path, **{"defenses.soteria": {"strengths": [0.5]}})
+    found = estimate.jobs(config, tmp_path / "results")
+    defended = {Path(first).parts[-3]: {u: n for u, n in job.work.items() if u.startswith("defend:")}
+                for (rule, first), job in found.items() if rule == "fl_run"}
+    assert defended["recupfl-0.01"] == {}  # the zoo: not priced
+    (soteria, uploads), = defended["soteria-0.5"].items()
+    (refiner, _), = defended["refiner-0.1"].items()
+    assert uploads == config["fl"]["rounds"] * 4  # every client, every round
+    monkeypatch.setenv("FEDLEAK_CACHE", str(tmp_path / "cache"))
+    step = "fl_step:" + soteria.split(":", 2)[2]
+    rates = estimate.calibrate([soteria, refiner, step], "cpu", threads=1)
+    assert rates[soteria] > rates[step] and rates[refiner] > rates[step]
 
 
 def test_attack_iterations_follow_each_attack_s_stages():

@@ -433,6 +433,7 @@ SMALL = {
     "giml": {"variant": "w", "parameter_iterations": 4},
     "gifd": {"steps": (4, 3), "radii": (0.05,)},
     "rgap": {},
+    "rog": {"iterations": 8},
     "eot": {"wraps": "gga", "wraps_params": {"optimizer": "adam", "iterations": 6,
                                              "restarts": 2}, "samples": 2},
 }

@@ -15,6 +15,7 @@ from fedleak.attacks import (  # noqa: F401  (registration)
     idlg,
     inverting_gradients,
     rgap,
+    rog,
 )
 from fedleak.attacks.base import Reconstruction, available, build, needs
 from fedleak.attacks.early_stopping import Stopper

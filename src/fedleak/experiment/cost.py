@@ -14,6 +14,12 @@ jobs' units here, ``fedleak estimate`` prices them with rates measured on the ma
   engine runs it (up to 20 evaluations in its line search, the iterate checked and copied);
 - ``gan_step:...``, ``evalnet_step:...``, ``mlp_step:...``: one training step of the DCGAN
   prior, Refiner's evaluation network, a RecUP-FL defender MLP;
+- ``defend:<spec>:<model>:...:b<batch>``: one client's upload through its setting's
+  defense (``spec``: the defense, its parameters and the artifacts it loads, as URL-safe
+  base64 of their JSON, so that the unit names itself); timed with stand-ins for the
+  artifacts (an untrained evaluation network of the configured widths, random public
+  images), whose weights do not change the cost; a defense that loads the model zoo
+  (RecUP-FL) is not priced;
 - ``figure``: drawing and saving one figure;
 - ``startup``, ``startup:gradients``, ``startup:figures``: starting a job's process (with
   torch.func's first call; with matplotlib and seaborn), once per job.
@@ -25,6 +31,7 @@ attack classes, which no other phase's code imports.
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -32,10 +39,37 @@ from fedleak import data
 from fedleak.experiment import paths, plan
 
 
+UNPRICED_ARTIFACTS = frozenset({"model_zoo"})  # no stand-in: the defense's upload is not priced
+
+
+def uploads(config: dict, clients: int) -> int:
+    """Defended uploads of one FL run: rounds x clients per round."""
+    fl = config["fl"]
+    return fl["rounds"] * max(1, round(fl["participation"] * clients))
+
+
+def defense_unit(config: dict, results: Path, case: str, defense: str, params: dict,
+                 needs: dict[str, str], batch: int) -> str | None:
+    """The ``defend`` unit of one upload of ``case`` through ``defense`` with ``params``
+    (``needs``: argument -> artifact kind it loads); None for a defense that loads an
+    artifact with no stand-in."""
+    if UNPRICED_ARTIFACTS & set(needs.values()):
+        return None
+    spec = {"defense": defense, "params": params, "needs": needs,
+            "evalnet_widths": config["evalnet"]["widths"]}
+    encoded = base64.urlsafe_b64encode(json.dumps(spec, sort_keys=True).encode()).decode()
+    return model_unit(config, results, case, f"defend:{encoded}", batch)
+
+
+def defense_spec(encoded: str) -> dict:
+    """A ``defend`` unit's spec from its encoded part."""
+    return json.loads(base64.urlsafe_b64decode(encoded))
+
+
 def fl_steps(config: dict, clients: int) -> int:
     """Local steps of one FL run: rounds x clients per round x local steps."""
     fl = config["fl"]
-    return fl["rounds"] * max(1, round(fl["participation"] * clients)) * fl["local_steps"]
+    return uploads(config, clients) * fl["local_steps"]
 
 
 def shape(config: dict, results: Path, dataset: str) -> tuple[tuple[int, int, int], int]:

@@ -19,7 +19,9 @@ seconds, the device synchronised. CPU hours use the CPU calibration; GPU hours t
 model calibrated on CUDA, only where CUDA is present (elsewhere they are left empty: no
 factor turns a CPU's rates into a GPU's honestly; run ``fedleak estimate`` on the GPU
 machine). An ``lbfgs`` unit is timed as the engine runs it, an iDLG attack of
-``LBFGS_ITERATIONS`` iterations on one random victim from a random start, per iteration.
+``LBFGS_ITERATIONS`` iterations on one random victim from a random start, per iteration;
+a ``defend`` unit as a client's upload through the setting's defense on at most
+``DEFEND_BATCH`` random images, scaled to its batch.
 
 A job that several targets need is counted in each of their rows and once in ``total``.
 """
@@ -46,14 +48,20 @@ from tqdm import tqdm
 from fedleak import attacks, defenses, models
 from fedleak import config as cfg
 from fedleak.adversaries.neural import make_net
-from fedleak.experiment import phases, pipeline, plan
+from fedleak.experiment import cost, phases, pipeline, plan
 from fedleak.experiment.phases.train_zoo import ZOO_WIDTH
+from fedleak.experiment.studies.defense_cost import untrained_evalnet
 from fedleak.types import Observation
+from fedleak.utils.device import to_device
 from fedleak.utils.io import write_json
 from fedleak.utils.timing import timed
 
 REPEATS = 3  # timed runs per unit after one warm-up; the median is kept
 LBFGS_ITERATIONS = 100  # an ``lbfgs`` unit's timed attack (its early steps search longest)
+# a ``defend`` unit is timed on at most this many images and scaled to its batch: the
+# defenses' work is per sample (Soteria's Jacobian, Refiner's and CENSOR's batch passes), and
+# Soteria's whole-batch Jacobian on a ResNet at batch 64 would need tens of GiB
+DEFEND_BATCH = 8
 RESULTS = Path("results")
 COLUMNS = ("target", "jobs", "cpu_hours", "gpu_hours")
 # what a start-up of each kind runs after `import fedleak.cli`
@@ -188,6 +196,8 @@ def _unit_call(unit: str, device: torch.device) -> Callable[[], object]:
     gen = torch.Generator().manual_seed(0)
     if kind == "lbfgs":
         return _lbfgs_attack(parts[:-1], batch, device, gen)
+    if kind == "defend":
+        return _defended_upload(parts[:-1], batch, device, gen)
     if kind in ("fl_step", "match"):
         model, shape, classes = _model(parts[:-1], device)
         x = torch.rand((batch, *shape), generator=gen).to(device)
@@ -250,6 +260,44 @@ def _lbfgs_attack(parts: list[str], batch: int, device: torch.device,
     return lambda: attack(observed)
 
 
+def _defended_upload(parts: list[str], batch: int, device: torch.device,
+                     gen: torch.Generator) -> Callable[[], object]:
+    """One upload of random images (at most ``DEFEND_BATCH``) through the unit's defense,
+    its artifacts stood in for (``experiment.cost``: their weights do not change the cost)."""
+    spec = cost.defense_spec(parts[0])
+    model, shape, classes = _model(parts[1:], device)
+    batch = min(batch, DEFEND_BATCH)
+    x = torch.rand((batch, *shape), generator=gen).to(device)
+    y = torch.randint(classes, (batch,), generator=gen).to(device)
+    stand_ins = {"evalnet": lambda: untrained_evalnet(shape, spec["evalnet_widths"],
+                                                     spec["defense"]),
+                 "public_data": lambda: _public_images(shape, classes, 4 * batch,
+                                                       spec["params"].get("public_class"), gen)}
+    loaded = {arg: stand_ins[kind]() for arg, kind in spec["needs"].items()}
+    defense = defenses.build(spec["defense"], **spec["params"], **to_device(loaded, device))
+    return lambda: defense(defenses.DefenseContext(model, x, y, torch.Generator().manual_seed(0)))
+
+
+def _public_images(shape: tuple, classes: int, count: int, only: int | None,
+                   gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random labelled public images for CENSOR's proposals (all of class ``only`` when its
+    ``public_class`` keeps one)."""
+    labels = (torch.full((count,), only) if only is not None
+              else torch.randint(classes, (count,), generator=gen))
+    return torch.rand((count, *shape), generator=gen), labels
+
+
+def _timed_share(unit: str) -> float:
+    """How many units one timed call runs: an ``lbfgs`` unit's iterations, a ``defend``
+    unit's share of its batch."""
+    if unit.startswith("lbfgs:"):
+        return LBFGS_ITERATIONS
+    if unit.startswith("defend:"):
+        batch = int(unit.rsplit(":b", 1)[1])
+        return min(batch, DEFEND_BATCH) / batch
+    return 1
+
+
 def calibrate(units: Iterable[str], device: str = "cpu", threads: int | None = None,
               refresh: bool = False) -> dict[str, float]:
     """Seconds per unit on ``device``, from the cache where it has them; the others are
@@ -268,9 +316,8 @@ def calibrate(units: Iterable[str], device: str = "cpu", threads: int | None = N
                              file=sys.stderr):
                 call = _unit_call(unit, torch.device(device))
                 call()  # warm-up: lazy initialisation, allocator growth
-                per = LBFGS_ITERATIONS if unit.startswith("lbfgs:") else 1
                 cached[unit] = statistics.median(_seconds(call, device)
-                                                 for _ in range(REPEATS)) / per
+                                                 for _ in range(REPEATS)) / _timed_share(unit)
         finally:
             torch.set_num_threads(before)
         write_json(path, dict(sorted(cached.items())))

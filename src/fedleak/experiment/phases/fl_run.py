@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedleak import data
+from fedleak import data, defenses
 from fedleak.experiment import artifacts, cost, paths, plan
 from fedleak.experiment.job import Job, build_model
 from fedleak.experiment.phase import Output, Phase, by_model
 from fedleak.fl import FLSettings, run_federated
+from fedleak.types import artifact_parts
 from fedleak.utils.device import select
 from fedleak.utils.io import save_torch, write_json
 from fedleak.utils.seeding import child_seeds, seed_everything
@@ -99,12 +100,20 @@ def _params(config: dict, job: dict) -> dict:
 
 
 def _work(config: dict, results: Path, job: dict) -> dict[str, int]:
-    """Rounds x clients per round x local steps, each one client step of the case's model."""
+    """Rounds x clients per round x local steps, each one client step of the case's model,
+    and rounds x clients per round defended uploads."""
     resolved = plan.resolve(config, job["setting"])
     clients = plan.find_case(config, job["case"])["partition"]["clients"]
-    unit = cost.model_unit(config, results, job["case"], "fl_step",
-                           resolved["fl"]["client_batch_size"])
-    return {unit: cost.fl_steps(resolved, clients)}
+    batch = resolved["fl"]["client_batch_size"]
+    work = {cost.model_unit(config, results, job["case"], "fl_step", batch):
+            cost.fl_steps(resolved, clients)}
+    name, params = plan.defense_of(resolved, job["setting"])
+    needs = {arg: artifact_parts(artifact)[0]
+             for arg, artifact in defenses.needs(name, params).items()}
+    defended = cost.defense_unit(config, results, job["case"], name, params, needs, batch)
+    if defended is not None:
+        work[defended] = cost.uploads(resolved, clients)
+    return work
 
 
 PHASE = Phase(
