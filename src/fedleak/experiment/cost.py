@@ -15,7 +15,7 @@ jobs' units here, ``fedleak estimate`` prices them with rates measured on the ma
 - ``gan_step:...``, ``evalnet_step:...``, ``mlp_step:...``: one training step of the DCGAN
   prior, Refiner's evaluation network, a RecUP-FL defender MLP;
 - ``defend:<spec>:<model>:...:b<batch>``: one client's upload through its setting's
-  defense (``spec``: the defense, its parameters and the artifacts it loads, as URL-safe
+  defense beyond the batch's gradient, which ``fl_step`` counts (``spec``: the defense, its parameters and the artifacts it loads, as URL-safe
   base64 of their JSON, so that the unit names itself); timed with stand-ins for the
   artifacts (an untrained evaluation network of the configured widths, random public
   images), whose weights do not change the cost; a defense that loads the model zoo

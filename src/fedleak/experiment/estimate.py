@@ -51,7 +51,7 @@ from fedleak.adversaries.neural import make_net
 from fedleak.experiment import cost, phases, pipeline, plan
 from fedleak.experiment.phases.train_zoo import ZOO_WIDTH
 from fedleak.experiment.studies.defense_cost import untrained_evalnet
-from fedleak.types import Observation
+from fedleak.types import Observation, Update
 from fedleak.utils.device import to_device
 from fedleak.utils.io import write_json
 from fedleak.utils.timing import timed
@@ -263,7 +263,8 @@ def _lbfgs_attack(parts: list[str], batch: int, device: torch.device,
 def _defended_upload(parts: list[str], batch: int, device: torch.device,
                      gen: torch.Generator) -> Callable[[], object]:
     """One upload of random images (at most ``DEFEND_BATCH``) through the unit's defense,
-    its artifacts stood in for (``experiment.cost``: their weights do not change the cost)."""
+    given the batch's gradient (the ``fl_step`` unit's work), its artifacts stood in for
+    (``experiment.cost``: their weights do not change the cost)."""
     spec = cost.defense_spec(parts[0])
     model, shape, classes = _model(parts[1:], device)
     batch = min(batch, DEFEND_BATCH)
@@ -275,7 +276,10 @@ def _defended_upload(parts: list[str], batch: int, device: torch.device,
                                                        spec["params"].get("public_class"), gen)}
     loaded = {arg: stand_ins[kind]() for arg, kind in spec["needs"].items()}
     defense = defenses.build(spec["defense"], **spec["params"], **to_device(loaded, device))
-    return lambda: defense(defenses.DefenseContext(model, x, y, torch.Generator().manual_seed(0)))
+    # the client's gradient is the fl_step unit's work: the defense gets it computed
+    gradient = Update.of(model, x, y).detached()
+    return lambda: defense(defenses.DefenseContext(model, x, y, torch.Generator().manual_seed(0),
+                                                   gradient=gradient))
 
 
 def _public_images(shape: tuple, classes: int, count: int, only: int | None,
