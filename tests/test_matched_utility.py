@@ -18,6 +18,7 @@ from fedleak.report.matched_utility import (
     MATCHED_COLUMNS,
     crossing,
     defense_directions,
+    markdown_section,
     matched_utility,
 )
 
@@ -177,3 +178,31 @@ def test_the_embedded_default_plans_the_table_and_figure_and_a_paper_config_does
     assert "matched_utility" in figures(default, jobs)
     paper = configuration.load(REPO / "config" / "paper" / "refiner.yaml")
     assert "matched_utility" not in tables(paper, pipeline.walk(paper, REPO / "results"))
+
+
+def test_the_strongest_attacker_takes_each_defense_s_highest_reached_psnr():
+    paper = _tradeoff({**UNDEFENDED, "pruning": [(0.5, 90.0, 10.0, 9.0, 11.0)],
+                       "soteria": [(0.5, 90.0, 12.0, 11.0, 13.0)]}, attacker="paper")
+    adaptive = _tradeoff({"pruning": [(0.5, 90.0, 30.0, 28.0, 32.0)],
+                          "soteria": [(0.5, 90.0, 11.0, 10.0, 12.0)]}, attacker="adaptive")
+    other = _tradeoff({"none": [(0.0, 100.0, 40.0, 39.0, 41.0)],
+                       "pruning": [(0.5, 90.0, 5.0, 4.0, 6.0)],
+                       "soteria": [(0.5, 80.0, 50.0, 49.0, 51.0)]}, attack="dlg",
+                      attacker="paper")
+    table = matched_utility(pd.concat([paper, adaptive, other]))
+    worst = table[table["attacker"] == "strongest"].set_index(["defense", "pmm"])
+    assert set(table.loc[table["attacker"] == "strongest", "attack"]) == {"any"}
+    assert worst.loc[("pruning", 90), "reached_by"] == "inverting_gradients (adaptive)"
+    assert worst.loc[("pruning", 90), ["psnr", "psnr_low", "psnr_high"]].tolist() == [30, 28, 32]
+    # dlg's 50 dB through soteria is at PMM 80: at 90 dlg is on none..0.5, 40 -> 50 dB
+    assert worst.loc[("soteria", 90), "reached_by"] == "dlg (paper)"
+    assert worst.loc[("soteria", 90), "psnr"] == pytest.approx(45.0)
+    # judged on the worst case: pruning 30 [28, 32] clear of soteria's 45 [44, 46]
+    assert worst.loc[("pruning", 90), "best"] == "yes"
+    assert worst.loc[("soteria", 90), "best"] == "no"
+    assert table[table["attacker"] != "strongest"]["reached_by"].isna().all()
+    text = "\n".join(markdown_section(table))
+    assert text.index("the strongest attacker") < text.index("**dlg**, paper attacker")
+    assert "inverting_gradients (adaptive)" in text
+    alone = matched_utility(paper)  # one attack and attacker: no worst case to take
+    assert set(alone["attacker"]) == {"paper"}

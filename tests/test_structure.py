@@ -165,10 +165,13 @@ def test_constructor_takes_the_schema_parameters_without_defaults(kind, name, cl
 
 def _artifacts(name: str) -> dict:
     from fedleak.adversaries import FeatureNet, ModelZoo
+    from fedleak.attacks.lti import Inverter
     from fedleak.models import EvaluationNetwork, Generator
 
     if name == "recupfl":
         return {"zoo": ModelZoo(8, {"a": 2}, {"a": [FeatureNet(8, [4], 2) for _ in range(5)]})}
+    if name == "lti":
+        return {"inverter": Inverter(4, 2, (1, 2, 2))}
     generator = Generator(16, 1, 8)
     return {"evalnet": EvaluationNetwork(1, 16, (4, 4, 4)), "generator": generator,
             "defense": defenses.build("none")} if name in {"refiner", "gga", "gias", "gifd",

@@ -434,6 +434,7 @@ SMALL = {
     "gifd": {"steps": (4, 3), "radii": (0.05,)},
     "rgap": {},
     "rog": {"iterations": 8},
+    "lti": {},
     "eot": {"wraps": "gga", "wraps_params": {"optimizer": "adam", "iterations": 6,
                                              "restarts": 2}, "samples": 2},
 }
@@ -449,6 +450,7 @@ def test_every_registered_attack_runs_stacked_as_one_problem_at_a_time(name, dev
     same images, restarts, iterations, stop reasons and loss traces (float64; on CUDA too
     where there is one)."""
     from fedleak import config
+    from fedleak.attacks.lti import Inverter
     from fedleak.models.dcgan import Generator
 
     assert name in SMALL, f"give {name} an entry in SMALL"
@@ -459,7 +461,9 @@ def test_every_registered_attack_runs_stacked_as_one_problem_at_a_time(name, dev
         params["restarts"] = 2
     torch.manual_seed(0)
     artifacts = {"generator": Generator(16, 1, 8).double(),
-                 "defense": defenses.build("dp_gaussian", sigma=0.01)}
+                 "defense": defenses.build("dp_gaussian", sigma=0.01),
+                 "inverter": Inverter(sum(p.numel() for p in model.parameters()), 8,
+                                      tuple(digit_batch[0].shape[1:])).double().eval()}
     wanted = attacks.needs(name, config.resolve("attacks", name, SMALL[name]))
     params.update({k: v for k, v in artifacts.items() if k in wanted})
     stacked, looped, difference = stacked_and_looped(name, params, observations)

@@ -234,6 +234,8 @@ ARTIFACTS = {
                 "attack"),
     "model_zoo": ("defender models that infer sensitive attributes from gradients (RecUP-FL "
                   "§4)", "train_zoo"),
+    "inverter": ("an inversion network from a setting's uploads to images (Learning to "
+                 "Invert; fedleak train-inverter)", "train_inverter"),
 }
 
 
@@ -274,8 +276,9 @@ def artifact_parts(needed: str) -> tuple[str, str | None]:
 # Settings
 
 # who attacks a defended upload (issue 33): the paper's attacker or one that knows the
-# defense; tables written before the `attacker` column hold the paper's rows only
-PAPER, ADAPTIVE = "paper", "adaptive"
+# defense; tables written before the `attacker` column hold the paper's rows only; the
+# strongest: the matched-utility table's worst case over both and every attack (issue 47)
+PAPER, ADAPTIVE, STRONGEST = "paper", "adaptive", "strongest"
 
 _SEPARATOR = "~"
 _NAME = re.compile(r"[a-z][a-z0-9_]*")

@@ -14,6 +14,7 @@ from fedleak.attacks import (  # noqa: F401  (registration)
     gradinversion,
     idlg,
     inverting_gradients,
+    lti,
     rgap,
     rog,
 )

@@ -11,6 +11,9 @@ from the context's generator. Every other layer's gradient is uploaded unchanged
 input (1 the first; -1 the last, Python's way), where a layer is the parameters sharing a
 name prefix (``body.0.weight`` and ``body.0.bias`` are LeNet's layer 1, ``fc.*`` its
 Linear layer 4); a string is that prefix (``"fc"``). Strength knob ``magnitude``.
+
+The adaptive attacker (issue 47) matches the upload's expectation over the noise, the trial
+gradient itself (the noise is zero-mean), as for DP (``differential_privacy``).
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ def layer_parameters(model: nn.Module, layer: int | str) -> list[str]:
 
 @register("layer_noise")
 class LayerNoise(Defense):
+    deterministic = True  # the adaptive attacker's transformation is the identity
+
     def __init__(self, *, magnitude: float, layer: int | str) -> None:
         self.magnitude, self.layer = magnitude, layer
 
@@ -66,3 +71,7 @@ class LayerNoise(Defense):
                 g = g + self.magnitude * (2 * u - 1)
             out[name] = g
         return out
+
+    def adaptive(self, trial: Update, ctx: DefenseContext, received: Update) -> Update:
+        """E[upload] = trial: the noise is zero-mean."""
+        return trial

@@ -5,11 +5,12 @@ Per tensor v with s = 2^bits - 1 levels: Q(v_i) = ||v||_2 * sign(v_i) * xi_i / s
 where xi_i = l + 1 with probability |v_i| s / ||v|| - l and l otherwise,
 l = floor(|v_i| s / ||v||). Unbiased; fewer bits is a stronger defense (default 8).
 
-The adaptive attacker (issue 33; GGL, Li et al. CVPR 2022 §3.3: the known transformation
-applied to the trial gradient) quantises its trial gradient with a fresh draw of Q at
-every step, differentiably through a straight-through estimator (Bengio et al., 2013):
-the value is Q(v), the gradient that of the identity (Q's floor and sign have zero
-gradient almost everywhere).
+The adaptive attacker (issues 33 and 47) matches the upload's expectation over Q's draws,
+which for an unbiased quantiser is the trial gradient itself (E[Q(v)] = v, QSGD Lemma
+3.1): the plain attack, so knowing the defense never costs the attacker anything. The
+earlier reading, a fresh straight-through draw of Q(trial) at every step (GGL, Li et al.
+CVPR 2022 §3.3), compares two independent draws and was weaker than ignoring the defense
+(docs/decisions/0097-qsgd-adaptive-expectation.md).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def qsgd(v: torch.Tensor, bits: int, rng: torch.Generator) -> torch.Tensor:
 
 @register("quantization")
 class Quantization(Defense):
+    deterministic = True  # the adaptive attacker's transformation is the identity
+
     def __init__(self, *, bits: int) -> None:
         self.bits = int(bits)
 
@@ -40,5 +43,5 @@ class Quantization(Defense):
         return ctx.true_gradient().map(lambda g: qsgd(g, self.bits, ctx.rng))
 
     def adaptive(self, trial: Update, ctx: DefenseContext, received: Update) -> Update:
-        """Q(trial) by value, the identity by gradient (straight-through)."""
-        return trial.map(lambda g: g + (qsgd(g.detach(), self.bits, ctx.rng) - g).detach())
+        """E[Q(trial)] = trial: QSGD is unbiased."""
+        return trial

@@ -14,6 +14,8 @@ jobs' units here, ``fedleak estimate`` prices them with rates measured on the ma
   engine runs it (up to 20 evaluations in its line search, the iterate checked and copied);
 - ``gan_step:...``, ``evalnet_step:...``, ``mlp_step:...``: one training step of the DCGAN
   prior, Refiner's evaluation network, a RecUP-FL defender MLP;
+- ``inverter_step:<hidden>:<features>:<model>...``: one training step of Learning to
+  Invert's inversion network, reading ``features`` of the model's upload (0: all of it);
 - ``defend:<spec>:<model>:...:b<batch>``: one client's upload through its setting's
   defense beyond the batch's gradient, which ``fl_step`` counts (``spec``: the defense, its parameters and the artifacts it loads, as URL-safe
   base64 of their JSON, so that the unit names itself); timed with stand-ins for the

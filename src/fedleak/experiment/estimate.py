@@ -48,6 +48,7 @@ from tqdm import tqdm
 from fedleak import attacks, defenses, models
 from fedleak import config as cfg
 from fedleak.adversaries.neural import make_net
+from fedleak.attacks.lti import Inverter
 from fedleak.experiment import cost, phases, pipeline, plan
 from fedleak.experiment.phases.train_zoo import ZOO_WIDTH
 from fedleak.experiment.studies.defense_cost import untrained_evalnet
@@ -220,6 +221,19 @@ def _unit_call(unit: str, device: torch.device) -> Callable[[], object]:
             distance = sum(((g - t) ** 2).sum() for g, t in zip(grads, target))
             distance.backward()
         return match
+    if kind == "inverter_step":  # hidden, features (0: all), then the case's model
+        model, shape, _ = _model(parts[2:-1], device)
+        inputs = int(parts[1]) or sum(p.numel() for p in model.parameters())
+        net = Inverter(inputs, int(parts[0]), shape).to(device)
+        x = torch.rand((batch, inputs), generator=gen).to(device)
+        y = torch.rand((batch, *shape), generator=gen).to(device)
+        opt = torch.optim.Adam(net.parameters(), lr=0.0)
+
+        def inverter_step() -> None:
+            opt.zero_grad()
+            ((net(x) - y) ** 2).mean().backward()
+            opt.step()
+        return inverter_step
     if kind == "mlp_step":
         net = make_net(int(parts[0]), [ZOO_WIDTH] * 3, 2, 0).to(device)
         x = torch.rand((batch, int(parts[0])), generator=gen).to(device)

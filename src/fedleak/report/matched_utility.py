@@ -43,6 +43,13 @@ otherwise it and every reached defense whose interval overlaps its are ``tied`` 
 comparison whose intervals overlap is a tie, not a win; a defense without an interval, from
 one victim, ties with all); every other defense is ``no`` (all ``no`` where none reaches p).
 
+**The strongest attacker** (issue 47). Where a case has several attacks or attackers, each
+(case, pmm, defense) also gets a row with ``attack`` ``any`` and ``attacker``
+``strongest``: of the rows that reach that PMM, the one with the highest PSNR (the first by
+attack and attacker of equal ones), its interval and strengths, and in ``reached_by`` the
+attack and attacker that reached it. A defense is only as private as against the worst
+attacker that knows it; ``best`` among these rows judges the defenses on that worst case.
+
 Written as ``results/tables/matched_utility.csv``, first in ``report.md`` (one table per
 attack and attacker, defenses as rows, PMM 90/95/99 % as columns) and as the heat map
 ``results/figures/matched_utility.png``.
@@ -65,12 +72,13 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from fedleak import config as cfg  # noqa: E402
 from fedleak.report.style import case_text, finish  # noqa: E402
-from fedleak.types import PAPER, is_ablation  # noqa: E402
+from fedleak.types import PAPER, STRONGEST, is_ablation  # noqa: E402
 
 PMM_LEVELS = (90, 95, 99)
 GROUP_KEYS = ["case", "attack", "attacker"]
 MATCHED_COLUMNS = [*GROUP_KEYS, "pmm", "defense", "psnr", "psnr_low", "psnr_high", "best",
-                   "reached", "ssim", "strength_interval"]
+                   "reached", "ssim", "strength_interval", "reached_by"]
+ANY_ATTACK = "any"  # the attack of the strongest attacker's rows
 OUTLINES = {"yes": {"linewidth": 2.2, "linestyle": "-"},  # the heat map's marks of `best`
             "tied": {"linewidth": 1.4, "linestyle": "--"}}
 NEVER = "—"  # a cell of a defense that never reaches the column's PMM
@@ -171,6 +179,23 @@ def mark_best(table: pd.DataFrame) -> pd.Series:
     return best
 
 
+def strongest(table: pd.DataFrame) -> pd.DataFrame:
+    """The strongest attacker's rows of a matched-utility ``table`` (see the module
+    docstring): per (case, pmm, defense) of a case with several (attack, attacker) groups,
+    the reached row with the highest PSNR, ``reached_by`` naming it."""
+    rows = []
+    for (case, level, label), group in table.groupby(["case", "pmm", "defense"], sort=True):
+        if len(group[["attack", "attacker"]].drop_duplicates()) < 2:
+            continue
+        reached = group[group["reached"]]
+        top = reached.loc[reached["psnr"].idxmax()] if not reached.empty else None
+        rows.append({**(top.to_dict() if top is not None else {"reached": False}),
+                     "case": case, "attack": ANY_ATTACK, "attacker": STRONGEST, "pmm": level,
+                     "defense": label, "reached_by": None if top is None else
+                     f"{top['attack']} ({top['attacker']})"})
+    return pd.DataFrame.from_records(rows, columns=[c for c in MATCHED_COLUMNS if c != "best"])
+
+
 def matched_utility(tradeoff: pd.DataFrame, stronger: Mapping[str, str] | None = None,
                     levels: tuple[int, ...] = PMM_LEVELS) -> pd.DataFrame:
     """One row per (case, attack, attacker, pmm level, defense label but ``none``): the
@@ -190,20 +215,27 @@ def matched_utility(tradeoff: pd.DataFrame, stronger: Mapping[str, str] | None =
             rows += [{**dict(zip(GROUP_KEYS, keys)), "pmm": level, "defense": label,
                       **matched_point(line, level)} for level in levels]
     df = pd.DataFrame.from_records(rows, columns=[c for c in MATCHED_COLUMNS if c != "best"])
+    df = pd.concat([df, strongest(df)], ignore_index=True) if not df.empty else df
     df = df.sort_values([*GROUP_KEYS, "pmm", "defense"], kind="stable").reset_index(drop=True)
     df["reached"] = df["reached"].astype(bool)
     df["best"] = mark_best(df)
     return df[MATCHED_COLUMNS]
 
 
-def _attacker_order(attacker: str) -> tuple:
-    return (attacker != PAPER, str(attacker))
+def _group_order(attack: str, attacker: str) -> tuple:
+    """The strongest attacker first, then by attack, the paper's attacker first."""
+    return (attacker != STRONGEST, str(attack), attacker != PAPER, str(attacker))
 
 
 def _columns(table: pd.DataFrame) -> list[tuple]:
-    """(attack, attacker, pmm) in order: by attack, the paper's attacker first, by PMM."""
+    """(attack, attacker, pmm) in :func:`_group_order`, by PMM."""
     keys = table[["attack", "attacker", "pmm"]].drop_duplicates().itertuples(index=False)
-    return sorted(keys, key=lambda k: (str(k[0]), _attacker_order(k[1]), k[2]))
+    return sorted(keys, key=lambda k: (*_group_order(k[0], k[1]), k[2]))
+
+
+def _group_title(attack: str, attacker: str) -> str:
+    return "the strongest attacker" if attacker == STRONGEST else \
+        f"**{attack}**, {attacker} attacker"
 
 
 def _cell(row) -> str:
@@ -211,7 +243,8 @@ def _cell(row) -> str:
         return NEVER
     spread = "" if np.isnan(row.psnr_low) else f" [{row.psnr_low:.1f}, {row.psnr_high:.1f}]"
     text = f"{row.psnr:.1f}{spread}"
-    return {"yes": f"**{text}**", "tied": f"*{text}*"}.get(row.best, text)
+    text = {"yes": f"**{text}**", "tied": f"*{text}*"}.get(row.best, text)
+    return f"{text} {row.reached_by}" if row.attacker == STRONGEST else text
 
 
 def markdown_section(table: pd.DataFrame) -> list[str]:
@@ -231,16 +264,17 @@ def markdown_section(table: pd.DataFrame) -> list[str]:
              f"{NEVER}: the defense never reaches that PMM (no strength "
              "brings the accuracy down that far). "
              "[matched_utility.csv](tables/matched_utility.csv) has the bracketing strengths "
-             "and SSIM."]
+             "and SSIM. The strongest attacker (where there are several): each defense's "
+             "highest PSNR over every attack and attacker, with the one that reached it."]
     groups = sorted(table.groupby(GROUP_KEYS, sort=False),
-                    key=lambda kv: (kv[0][0], kv[0][1], _attacker_order(kv[0][2])))
+                    key=lambda kv: (kv[0][0], *_group_order(kv[0][1], kv[0][2])))
     for (case, attack, attacker), part in groups:
         wide = part.assign(cell=[_cell(r) for r in part.itertuples()]).pivot(
             index="defense", columns="pmm", values="cell")
         wide = wide.reindex(sorted(wide.index, key=str)).reindex(
             columns=sorted(wide.columns))
         wide.columns = [f"PMM {p:g} %" for p in wide.columns]
-        title = f"**{attack}**, {attacker} attacker" + (f" ({case})" if several else "")
+        title = _group_title(attack, attacker) + (f" ({case})" if several else "")
         lines += [title, wide.reset_index().to_markdown(index=False)]
     return lines
 
@@ -286,7 +320,8 @@ def heatmap(table: pd.DataFrame) -> Figure:
         ends = [*starts[1:], len(groups)]
         top = ax.secondary_xaxis("top")
         top.set_xticks([(s + e) / 2 for s, e in zip(starts, ends, strict=True)],
-                       labels=[f"{groups[s][0]}\n{groups[s][1]}" for s in starts],
+                       labels=["strongest\nattacker" if groups[s][1] == STRONGEST else
+                               f"{groups[s][0]}\n{groups[s][1]}" for s in starts],
                        rotation=90, fontsize="x-small")
         top.tick_params(length=0)
         ax.set(xlabel="PMM (%)", ylabel="defense")

@@ -303,7 +303,8 @@ PHASE = Phase(
     summary="every configured attack against one setting's uploads",
     wildcards=("case", "setting", "seed"),
     folders=("attacks",),
-    reads=("prepare_data", "train_evalnet", "train_gan", "fl_run", "train_zoo", "train_giml"),
+    reads=("prepare_data", "train_evalnet", "train_gan", "fl_run", "train_zoo", "train_giml",
+           "train_inverter"),
     outputs=lambda config, results, jobs=None: {
         "metrics": Output(paths.attack_metrics(results, "{case}", "{setting}", "{seed}")),
         "details": Output(paths.attack_details(results, "{case}", "{setting}", "{seed}"),
