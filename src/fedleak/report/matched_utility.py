@@ -234,7 +234,7 @@ def _columns(table: pd.DataFrame) -> list[tuple]:
 
 
 def _group_title(attack: str, attacker: str) -> str:
-    return "the strongest attacker" if attacker == STRONGEST else \
+    return "**the strongest attacker**" if attacker == STRONGEST else \
         f"**{attack}**, {attacker} attacker"
 
 
