@@ -6,11 +6,15 @@ can hand one over (`fedleak <cmd> --config`, `snakemake` with the embedded defau
 from __future__ import annotations
 
 import pytest
+import torch
 from test_pipeline import SNAKEMAKE, copy_project, run
 
 from fedleak import cli
+from fedleak.utils.io import save_torch
 
 BASE = "cases: [{dataset: digits, model: lenet}]\nattacks: {dlg: {}}\n"
+DISTINCT_16 = "attack: {victims: {distinct_labels: true}, protocol: {batch_size: 16}}\n"
+LAYER_99 = "defenses: {layer_noise: {strengths: [0.1], params: {layer: body.99}}}\n"
 
 # (name, YAML appended to BASE, what the one error line must contain)
 BAD = [
@@ -77,6 +81,22 @@ BAD = [
                      "['test', 'train']"]),
     ("prior_dataset_on_giml", "attacks: {g: {attack: giml, prior_dataset: natural}}\n",
      ["'attacks.g.prior_dataset'", "meta-learned", "expected null"]),
+    # issue 49: what the attack or FL job would meet hours later
+    ("distinct_labels_beyond_the_classes", DISTINCT_16,
+     ["'attack.protocol.batch_size' 16", "'attack.victims.distinct_labels' true",
+      "'digits' has 10 classes", "expected at most 10"]),
+    ("swept_batch_beyond_the_classes", "attack: {victims: {distinct_labels: true}}\n"
+     "targets: {t: {title: t, select: [{sweep: {attack.protocol.batch_size: [2, 16]}}]}}\n",
+     ["sweep[attack.protocol.batch_size]'", "'attack.protocol.batch_size' 16",
+      "'digits' has 10 classes", "expected at most 10"]),
+    ("layer_noise_layer_name_absent", LAYER_99,
+     ["'defenses.layer_noise.params.layer'", "'body.99'", "case digits/lenet",
+      "['body.0', 'body.2', 'body.4', 'fc']"]),
+    ("layer_noise_layer_index_absent", LAYER_99.replace("body.99", "40"),
+     ["'defenses.layer_noise.params.layer'", " 40 ", "case digits/lenet", "1 .. 4"]),
+    ("swept_layer_noise_layer_absent", "defenses: {layer_noise: {strengths: [0.1]}}\n"
+     "targets: {t: {title: t, select: [{sweep: {defenses.layer_noise.params.layer: [1, 5]}}]}}\n",
+     ["sweep[defenses.layer_noise.params.layer].layer'", " 5 ", "case digits/lenet"]),
 ]
 
 
@@ -146,6 +166,36 @@ def test_snakemake_fails_before_any_job_with_one_line(project, tmp_path, extra, 
     path.write_text(BASE + extra)
     line = snakemake_fails(project, "--configfile", str(path), *args)
     assert all(part in line for part in expected), line
+
+
+def test_a_swept_value_is_checked_on_its_selection_s_cases_only(tmp_path, capsys):
+    """GIAS Fig. 5 sweeps batches of up to 32 different labels on ImageNet alone: a case of
+    fewer classes outside the selection does not refuse it."""
+    path = tmp_path / "c.yaml"
+    path.write_text("cases: [{dataset: digits, model: lenet}, {dataset: cifar100, model: "
+                    "lenet}]\nattacks: {dlg: {}}\nattack: {victims: {distinct_labels: true}}\n"
+                    "targets: {t: {title: t, select: [{datasets: [cifar100], sweep: "
+                    "{attack.protocol.batch_size: [16, 32]}}]}}\n")
+    assert cli.main(["validate", "--config", str(path)]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra, expected", [
+    (DISTINCT_16, ["fedleak: invalid config: 'attack.protocol.batch_size' 16", "at most 10"]),
+    (LAYER_99, ["fedleak: invalid config: 'defenses.layer_noise.params.layer': 'body.99'"]),
+    ("gan: {kind: stylegan2, weights: WEIGHTS}\n",
+     ["fedleak: gan.weights: WEIGHTS does not fit the StyleGAN2 generator", "missing key"]),
+], ids=["distinct_labels_beyond_the_classes", "layer_noise_layer_absent",
+        "generator_weights_of_other_keys"])
+def test_snakemake_refuses_what_a_job_would_meet_hours_later(project, tmp_path, extra,
+                                                             expected):
+    """Issue 49: a batch of more different labels than the dataset has (the attack job), a
+    layer the model lacks (the FL job), a generator file of other keys (the attack job)."""
+    weights = save_torch(tmp_path / "g_ema.pt", {"g_ema": {"not.a.stylegan.key": torch.zeros(1)}})
+    path = tmp_path / "bad.yaml"
+    path.write_text(BASE + extra.replace("WEIGHTS", str(weights)))
+    line = snakemake_fails(project, "--configfile", str(path))
+    assert all(part.replace("WEIGHTS", str(weights)) in line for part in expected), line
 
 
 TARGET = ("{title: t, select: [{defenses: [none], attacks: [dlg]}], "

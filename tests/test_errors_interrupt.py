@@ -103,12 +103,12 @@ AGGREGATE = Moment("aggregate", [("results/logs/aggregate/aggregate.log", "resul
                                   "results/tables/*.csv")])
 
 
-def run_and_kill(root: Path, moment: Moment, whole: bool) -> str:
-    """Start the plain command; at ``moment`` SIGKILL Snakemake with its running jobs
+def run_and_kill(root: Path, moment: Moment, whole: bool, command: list[str] = RUN) -> str:
+    """Start the plain ``command``; at ``moment`` SIGKILL Snakemake with its running jobs
     (``whole``) or only the job's own process. Returns Snakemake's output."""
     start = time.time() - 1  # file times are coarser than time.time()
     moment.seen.clear()
-    proc = subprocess.Popen(RUN, cwd=root, env=ENV, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(command, cwd=root, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     killed = None
     try:
@@ -334,3 +334,54 @@ def test_removing_a_stale_lock_remakes_the_killed_jobs_outputs(tmp_path):
     assert not unfinished.exists() and finished.exists() and not list(marks.iterdir())
     owner = json.loads((tmp_path / ".snakemake" / "locks" / OWNER).read_text())
     assert owner["pid"] == os.getpid() and owner["host"] == socket.gethostname()
+
+
+# -- a killed long job resumes ----------------------------------------------------------
+
+# One FL run of 60 rounds (its state kept every 5th) and one attack job of five attacks,
+# each one chunk of victims
+RESUMED = """title: resumed
+threads: 1
+datasets: {digits: {channels: 1, size: 16}}
+cases: [{dataset: digits, model: lenet, partition: {kind: iid, clients: 4}}]
+fl: {seeds: [0], rounds: 60, client_batch_size: 8, eval_every: 5}
+defenses: {none: {strengths: [0]}}
+attack: {victims: {count: 3}, protocol: {round: 45}, outputs: {grid_victims: 1, metrics: [psnr]}}
+attacks:
+""" + "".join(f"  ig{i}: {{attack: inverting_gradients, iterations: 150, tv: 0.0{i + 1}}}\n"
+              for i in range(5))
+RESUME_RUN = ["snakemake", "--cores", "all", "--configfile", "config/resumed.yaml"]
+JOB = f"{CASE}/none-0/seed0"
+
+
+def resumed_project(root: Path) -> Path:
+    root = copy_project(root)
+    (root / "config" / "resumed.yaml").write_text(RESUMED)
+    return root
+
+
+@pytest.mark.slow
+def test_a_killed_fl_run_and_attack_job_resume_from_what_they_kept(tmp_path):
+    """The FL job killed after round 45's checkpoint, then the attack job after its fourth
+    of five chunks: each rerun continues from the kept state (its log says so) and the
+    tables are those of an uninterrupted run."""
+    clean = resumed_project(tmp_path / "clean")
+    assert subprocess.run(RESUME_RUN, cwd=clean, env=ENV, capture_output=True).returncode == 0
+    root = resumed_project(tmp_path / "killed")
+    fl = Moment("fl_run", [(f"results/logs/fl_run/{JOB}.log", f"results/fl/{JOB}/metrics.json",
+                            f"results/partial/fl_run/{JOB}/*/round45.pt")], patience=600)
+    attack = Moment("attack", [(f"results/logs/attack/{JOB}.log",
+                                f"results/attacks/{JOB}/metrics.json",
+                                f"results/partial/attack/{JOB}/*/ig3.paper.0.pt")],
+                    patience=600)
+    run_and_kill(root, fl, whole=False, command=RESUME_RUN)
+    assert not (root / f"results/fl/{JOB}/metrics.json").exists()
+    run_and_kill(root, attack, whole=False, command=RESUME_RUN)
+    fl_log = (root / f"results/logs/fl_run/{JOB}.log").read_text()
+    assert "resuming at round 4" in fl_log and "of 60 from" in fl_log, fl_log[-2000:]
+    final = subprocess.run(RESUME_RUN, cwd=root, env=ENV, capture_output=True, text=True)
+    assert final.returncode == 0, final.stderr[-3000:]
+    attack_log = (root / f"results/logs/attack/{JOB}.log").read_text()
+    assert "resuming with 4 finished chunks of victims kept in" in attack_log, attack_log[-2000:]
+    assert table_digests(root) == table_digests(clean)
+    assert not (root / "results" / "partial").exists()

@@ -24,6 +24,7 @@ from fedleak.experiment.phases.attack import build_attack, needed
 from fedleak.models.biggan import BigGANGenerator
 from fedleak.models.dcgan import Generator, load_generator, train_dcgan
 from fedleak.models.lenet import LeNet
+from fedleak.models.ported import architecture
 from fedleak.models.stylegan2 import StyleGAN2Generator
 from fedleak.types import Setting
 from fedleak.utils.io import save_torch
@@ -239,7 +240,11 @@ def test_the_architecture_is_checked_before_any_job(tmp_path):
     gan["biggan"]["attention_resolution"] = 16
     assert priors.problem(configuration.validate({"gan": gan})).startswith(
         f"gan.weights: '{tmp_path / 'g.bin'}' does not exist (biggan loads")
-    (tmp_path / "g.bin").write_bytes(b"")
+    (tmp_path / "g.bin").write_bytes(b"")  # then its keys and shapes, no tensor data read
+    assert priors.problem(configuration.validate({"gan": gan})).startswith(
+        f"gan.weights: {tmp_path / 'g.bin'} is not a readable torch file")
+    build, arguments = architecture(priors.spec(configuration.validate({"gan": gan})))
+    save_torch(tmp_path / "g.bin", build(**arguments).state_dict())
     assert priors.problem(configuration.validate({"gan": gan})) is None
     assert priors.problem(configuration.validate({})) is None  # the DCGAN: trained here
 

@@ -12,12 +12,15 @@ identity; outputs go under ``--results`` (default ``results``).
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
 from pathlib import Path
 
 from fedleak import config as cfg
-from fedleak.experiment import configuration, phases
+from fedleak.experiment import code, configuration, paths, phases
 from fedleak.experiment.phase import WILDCARDS
+from fedleak.experiment.resume import Resume
 
 
 def _list(args, config: dict | None) -> None:
@@ -146,8 +149,21 @@ POSITIONAL = ("configs", "claims", "target_names")
 
 def _run_phase(phase):
     def run(args, config: dict) -> None:
-        phase.run(config, args.results, **{w: getattr(args, w) for w in phase.wildcards})
+        identity = {w: getattr(args, w) for w in phase.wildcards}
+        kept = {"resume": _resume(phase, config, args.results, identity)} \
+            if phase.resumable else {}
+        phase.run(config, args.results, **identity, **kept)
     return run
+
+
+def _resume(phase, config: dict, results: Path, identity: dict) -> Resume:
+    """Where a job keeps its finished pieces: a folder of its own, named by the
+    configuration values it reads and the code it runs."""
+    digest = hashlib.sha256(json.dumps(phase.params(config, identity), sort_keys=True,
+                                       default=str).encode())
+    digest.update(code.job_digest(phase, config, results, identity).encode())
+    parts = [part.format(**identity) for part in phase.path_parts()]
+    return Resume(paths.partial_dir(results, phase.name, parts) / digest.hexdigest()[:16])
 
 
 def _parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -66,6 +66,8 @@ Prior = Callable[[torch.Tensor, Callable[[], Moments]], torch.Tensor]
 # a misfit that is no gradient distance: one victim's cost of its restarts' images
 # (R, B, C, H, W) -> (R,), differentiable in them (R-GAP's residual of a layer's system)
 Cost = Callable[[torch.Tensor], torch.Tensor]
+# (first victim of a chunk, how to attack the chunk) -> its reconstructions
+Kept = Callable[[int, Callable[[], list[Reconstruction]]], list[Reconstruction]]
 Loss = Callable[..., torch.Tensor]
 
 
@@ -562,12 +564,14 @@ def _mixed(observations: Sequence[Observation]) -> str | None:
 
 def reconstruct_all(attack: Attack, observations: list[Observation],
                     snapshots: Collection[int] = (), progress: str | None = None,
-                    engine: str = "auto") -> list[Reconstruction]:
+                    engine: str = "auto", kept: Kept | None = None) -> list[Reconstruction]:
     """One Reconstruction per observation (victim), victim v attacked with seed
     ``attack.seed + v``: ``engine`` "auto" stacks where the module docstring's rules say it
     pays, "stacked" or "loop" forces one way. A progress bar (per chunk of victims, with an
     ETA) is labelled ``progress``; ``wall_time`` is a victim's share of its chunk.
-    ``snapshots`` asks for the images at those iterations (single-stage attacks)."""
+    ``snapshots`` asks for the images at those iterations (single-stage attacks).
+    ``kept(begin, run)``: the chunk of victims from ``begin`` as a killed job kept it, else
+    ``run()`` (a job resumes: ``experiment.resume``)."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     if not observations:
@@ -592,16 +596,19 @@ def reconstruct_all(attack: Attack, observations: list[Observation],
               disable=progress is None, leave=False) as bar:
         for begin in range(0, len(observations), chunk):
             part = observations[begin:begin + chunk]
-            start = time.perf_counter()
-            recs = attack.reconstruct(Victims(part, restarts=attack.restarts,
-                                              seed=attack.seed + begin, stacked=stacked,
-                                              snapshots=snapshots))
-            share = (time.perf_counter() - start) / len(part)
-            for rec in recs:
-                rec.wall_time = share
-                if stacked:
-                    rec.extra["vectorised_problems"] = len(part) * attack.restarts
-            out += recs
+
+            def run(part=part, begin=begin) -> list[Reconstruction]:
+                start = time.perf_counter()
+                recs = attack.reconstruct(Victims(part, restarts=attack.restarts,
+                                                  seed=attack.seed + begin, stacked=stacked,
+                                                  snapshots=snapshots))
+                share = (time.perf_counter() - start) / len(part)
+                for rec in recs:
+                    rec.wall_time = share
+                    if stacked:
+                        rec.extra["vectorised_problems"] = len(part) * attack.restarts
+                return recs
+            out += run() if kept is None else kept(begin, run)
             bar.update(len(part))
     return out
 

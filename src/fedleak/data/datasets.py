@@ -1,5 +1,6 @@
 """Datasets by name (``load``, ``missing``) as float tensors in [0, 1], shape (N, C, H, W),
-with integer labels.
+with integer labels (what the configuration alone says of them: ``shape``, ``label_count``,
+``size``).
 
 - ``digits``: scikit-learn's bundled handwritten digits (``fedleak.data.digits``: 1,797
   images, 8x8, 10 classes), bilinearly upsampled to 32x32; 1 or 3 channels.
@@ -175,6 +176,38 @@ def size(name: str, spec: dict) -> int | None:
     known = sizes.get(spec.get("split", "train")) if isinstance(sizes, dict) else sizes
     limits = [n for n in (known, spec.get("max_images")) if n is not None]
     return min(limits) if limits else None
+
+
+def shape(name: str, spec: dict) -> tuple[tuple[int, int, int], int]:
+    """(C, H, W) and classes of a configured dataset before it is prepared: the digits'
+    and the crops' from their options, the others' ``SHAPES`` (an image folder's side, and
+    a real CelebA's or AudioMNIST's, its ``size``; an attribute task's classes its
+    ``task``)."""
+    if name in ("digits", "natural", "digits_attributes"):
+        c, h, w = spec.get("channels", 1), spec.get("size", 32), spec.get("size", 32)
+        classes = len(NATURAL_PHOTOS) if name == "natural" else 10
+    else:
+        c, h, w, classes = SHAPES[name]
+        if "size" in spec and (name in IMAGE_FOLDERS or not spec.get("stand_in")):
+            h = w = spec["size"]
+    if spec.get("task") and not spec.get("stand_in"):  # a stand-in's task is the parity
+        classes = 2 if spec["task"] == "parity" else 10
+    return (c, h, w), classes
+
+
+def label_count(name: str, spec: dict) -> int | None:
+    """How many different labels a configured image dataset's images can have (None: not
+    known before it is prepared: an image folder's class folders, an attribute task's).
+    A ``digits`` stand-in keeps the digits' 10; a ``natural`` one labels each crop by its
+    photograph modulo the classes."""
+    if name in ATTRIBUTE_DATASETS or name not in DATASETS:
+        return None
+    classes, kind = shape(name, spec)[1], spec.get("stand_in")
+    if kind == "digits":
+        return 10
+    if kind == "natural":
+        return min(len(NATURAL_PHOTOS), classes)
+    return classes if kind == "fake" or name not in IMAGE_FOLDERS else None
 
 
 def split_capacity(name: str, spec: dict, split: str = "train") -> int | None:

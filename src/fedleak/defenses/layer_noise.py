@@ -10,7 +10,8 @@ from the context's generator. Every other layer's gradient is uploaded unchanged
 ``layer`` picks the layer: an integer counts the model's layers with parameters from the
 input (1 the first; -1 the last, Python's way), where a layer is the parameters sharing a
 name prefix (``body.0.weight`` and ``body.0.bias`` are LeNet's layer 1, ``fc.*`` its
-Linear layer 4); a string is that prefix (``"fc"``). Strength knob ``magnitude``.
+Linear layer 4); a string is that prefix (``"fc"``); one that some configured case's model
+lacks is refused before any job (``check_config``). Strength knob ``magnitude``.
 
 The adaptive attacker (issue 47) matches the upload's expectation over the noise, the trial
 gradient itself (the noise is zero-mean), as for DP (``differential_privacy``).
@@ -18,9 +19,15 @@ gradient itself (the noise is zero-mean), as for DP (``differential_privacy``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import nn
 
+from fedleak import models
+from fedleak.config import ConfigError
+from fedleak.data import datasets
 from fedleak.defenses.base import Defense, DefenseContext, register
 from fedleak.types import Update
 
@@ -58,6 +65,29 @@ def layer_parameters(model: nn.Module, layer: int | str) -> list[str]:
 @register("layer_noise")
 class LayerNoise(Defense):
     deterministic = True  # the adaptive attacker's transformation is the identity
+
+    @classmethod
+    def check_config(cls, params: Mapping[str, Any], config: Mapping, where: str) -> None:
+        """``layer`` a layer of every configured case's model (a target's swept value: of
+        its selection's cases), built on the meta device for the shape and classes its
+        dataset's options give (no memory, no weights)."""
+        for case in config["cases"]:
+            named = f"case {case['dataset']}/{case['model']}"
+            shape, classes = datasets.shape(case["dataset"],
+                                            config["datasets"].get(case["dataset"], {}))
+            try:
+                with torch.device("meta"):
+                    model = models.for_case(case, shape, classes)
+            except ValueError as error:  # the case's own mistake (a shape its model refuses)
+                raise ConfigError(f"invalid config: {named}: {error}") from None
+            try:
+                layer_parameters(model, params["layer"])
+            except ValueError:
+                layers = layer_names(model)
+                raise ConfigError(f"invalid config: '{where}.layer': {params['layer']!r} is not "
+                                  f"a layer of the model of {named}; expected 1 .. "
+                                  f"{len(layers)}, -{len(layers)} .. -1 or one of {layers}",
+                                  key=f"{where}.layer") from None
 
     def __init__(self, *, magnitude: float, layer: int | str) -> None:
         self.magnitude, self.layer = magnitude, layer

@@ -2,8 +2,9 @@
 then the rules between values that no schema states, each failing with one line naming the
 key, the value and what was expected, before any job: targets and their selections,
 sweeps, studies, the sizes of the datasets' splits against the victims, clients and GIML's
-observations they must hold, seeds, the attacked round, ``gan:`` (``experiment.priors``)
-and each attack's and defense's own rules (their classes' ``check_config``).
+observations they must hold, their labels against batches of different labels, seeds, the
+attacked round, ``gan:`` (``experiment.priors``) and each attack's and defense's own rules
+(their classes' ``check_config``; a swept value's: with its selection's cases).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from fedleak.config import (
     validate_schema,
 )
 from fedleak.data import datasets
-from fedleak.experiment import priors, victims
+from fedleak.experiment import plan, priors, victims
 
 SWEEPABLE = ("fl.", "attack.", "attacks.", "defenses.")
 # Where each key of the flat `attack:` section went when it was split by what its keys are
@@ -146,7 +147,8 @@ def _refuse_moved(config: Any) -> None:
 
 
 def _check_sweep_value(config: dict, key: str, value: Any, where: str) -> None:
-    """ConfigError unless ``key`` may be swept and ``value`` is valid there."""
+    """ConfigError unless ``key`` may be swept and ``value`` is valid there (``config``'s
+    cases: those of the selection)."""
     parts = key.split(".")
     if not key.startswith(SWEEPABLE) or (parts[0] == "defenses" and parts[2:3] != ["params"]):
         raise ConfigError(f"invalid config: '{where}': {key!r} cannot be swept; expected "
@@ -177,6 +179,8 @@ def _check_sweep_value(config: dict, key: str, value: Any, where: str) -> None:
         set_path(section, ".".join(parts[1:]), value)
         check(section, {k: v for k, v in schema()["properties"][parts[0]].items()
                         if k != "default"}, f"{where}[{key}]")
+        if parts[0] == "attack" and (problem := victims.labels_problem(config, section)):
+            raise ConfigError(f"invalid config: '{where}[{key}]': {problem}")
 
 
 def _validate_study(config: dict, name: str, target: dict) -> set[str]:
@@ -232,6 +236,7 @@ def _validate_targets(config: dict) -> None:
             columns = _validate_study(config, name, target)
         for i, selection in enumerate(target.get("select", [])):
             where = f"targets.{name}.select[{i}]"
+            scoped = {**config, "cases": plan.selected_cases(config, selection)}
             for kind, known in (("datasets", datasets), ("models", models),
                                 ("defenses", set(config["defenses"])),
                                 ("attacks", set(config["attacks"]))):
@@ -241,7 +246,7 @@ def _validate_targets(config: dict) -> None:
                                       f"configured (expected one of {sorted(known)})")
             for key, values in selection.get("sweep", {}).items():
                 for value in values:
-                    _check_sweep_value(config, key, value, f"{where}.sweep")
+                    _check_sweep_value(scoped, key, value, f"{where}.sweep")
                 columns |= {key, sweep_column(key)}
             for key, values in selection.get("paired", {}).items():
                 strengths = selection.get("strengths", [])
@@ -251,7 +256,7 @@ def _validate_targets(config: dict) -> None:
                                       f"per entry of the selection's 'strengths', and the path "
                                       f"not also under 'sweep'")
                 for value in values:
-                    _check_sweep_value(config, key, value, f"{where}.paired")
+                    _check_sweep_value(scoped, key, value, f"{where}.paired")
                 columns |= {key, sweep_column(key)}
         layout = [*target.get("table", {}).get("rows", []),
                   *target.get("table", {}).get("columns", []),
@@ -382,7 +387,8 @@ def _validate_combinations(config: dict) -> None:
                               f"victims x batch_size {size}, every {stride}th image, need "
                               f"{needed} images, but the {split} split of {case['dataset']!r} "
                               f"holds at most {room}; expected a smaller stride or fewer victims")
-    if problem := victims.sequence_problem(config["attack"]):
+    if problem := (victims.sequence_problem(config["attack"])
+                   or victims.labels_problem(config, config["attack"])):
         raise ConfigError(f"invalid config: {problem}")
     protocol = config["attack"]["protocol"]
     mixed = protocol["mixed"]["batch_size"]  # CENSOR Fig. 2: the job trains its rounds

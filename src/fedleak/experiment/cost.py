@@ -40,7 +40,6 @@ from pathlib import Path
 from fedleak import data
 from fedleak.experiment import paths, plan
 
-
 UNPRICED_ARTIFACTS = frozenset({"model_zoo"})  # no stand-in: the defense's upload is not priced
 
 
@@ -80,13 +79,7 @@ def shape(config: dict, results: Path, dataset: str) -> tuple[tuple[int, int, in
     if manifest.is_file():
         found = json.loads(manifest.read_text())
         return tuple(found["shape"]), found["num_classes"]
-    spec = config["datasets"].get(dataset, {})
-    if dataset in ("digits", "natural"):
-        return (spec.get("channels", 1), spec.get("size", 32), spec.get("size", 32)), 10
-    c, h, w, classes = data.datasets.SHAPES[dataset]
-    if dataset in data.datasets.IMAGE_FOLDERS:
-        h = w = spec.get("size", h)
-    return (c, h, w), classes
+    return data.datasets.shape(dataset, config["datasets"].get(dataset, {}))
 
 
 def split_size(config: dict, results: Path, dataset: str, split: str) -> int:

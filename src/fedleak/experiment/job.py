@@ -66,12 +66,7 @@ class Job:
 def build_model(case: dict, prepared: data.ImageData) -> torch.nn.Module:
     """The case's model for the prepared data's shape and classes (initial weights drawn
     from torch's global generator)."""
-    options = {"uniform_init": case["uniform_init"]} if case["model"] == "lenet" else {}
-    if case["model"] == "attribute_cnn":
-        options["layout"] = case["layout"]
-    c, h, _ = prepared.x.shape[1:]
-    return models.build(case["model"], c, prepared.num_classes, h,
-                        input_shape=tuple(prepared.x.shape[1:]), **options)
+    return models.for_case(case, tuple(prepared.x.shape[1:]), prepared.num_classes)
 
 
 def model_at(job: Job, train: data.ImageData, checkpoint: Path) -> torch.nn.Module:

@@ -13,8 +13,9 @@ from fedleak.types import Setting
 Part = str | int | Setting
 # the folders the functions below write into, and the one file at the top
 FOLDERS = ("data", "evalnet", "gan", "giml", "fl", "zoo", "adversaries", "attribute",
-           "attacks", "targets", "tables", "figures", "logs", "benchmarks")
+           "attacks", "targets", "tables", "figures", "logs", "benchmarks", "partial")
 RESOLVED_CONFIG = "config.resolved.json"
+PARTIAL = "partial"  # what killed jobs finished (experiment.resume)
 
 
 def _kind(path: Path) -> str:
@@ -83,6 +84,11 @@ def fl_metrics(results: Path, case: str, setting: Part, seed: Part) -> Path:
 
 def checkpoint(results: Path, case: str, setting: Part, seed: Part, round_: Part) -> Path:
     return fl_dir(results, case, setting, seed) / f"round{round_}.pt"
+
+
+def partial_dir(results: Path, phase: str, parts: list[str]) -> Path:
+    """Where one job of ``phase`` (its path ``parts``) keeps its finished pieces."""
+    return Path(results) / PARTIAL / phase / Path(*parts)
 
 
 def zoo_file(results: Path, case: str, seed: Part, round_: Part) -> Path:

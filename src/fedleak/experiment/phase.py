@@ -120,6 +120,8 @@ class Phase:
       them too (else a fixed allowance).
     - ``startup``: what starting a job costs (``experiment.cost``: torch.func's first call
       for ``startup:gradients``, the plotting libraries for ``startup:figures``).
+    - ``resumable``: ``run`` takes ``resume`` (``experiment.resume.Resume``), where a job
+      keeps its finished pieces, so that a killed job's rerun continues from them.
     - ``priority(config, results, identity)``: Snakemake starts ready jobs of a higher one
       first (the longest, so that no long job is left running alone at the end).
     """
@@ -143,6 +145,7 @@ class Phase:
     startup: str = "startup"
     priority: Callable[[dict, Path, Identity], int] = lambda config, results, identity: 0
     kinds: Mapping[str, Kind] = field(default_factory=dict)
+    resumable: bool = False
 
     def __post_init__(self) -> None:
         unknown = [w for w in self.wildcards if w not in WILDCARDS]

@@ -106,14 +106,20 @@ def _paired(selection: dict, strength: float) -> tuple[tuple[str, Any], ...]:
     return tuple((key, paired[key][position]) for key in sorted(paired))
 
 
-def _selection_points(config: dict, target: str, selection: dict) -> Iterator[Point]:
+def selected_cases(config: dict, selection: dict) -> list[dict]:
+    """The configured cases a target's selection names: of its ``datasets``, ``models``,
+    ``clients`` and ``partitions`` (each absent: any)."""
     datasets, models = selection.get("datasets"), selection.get("models")
     clients, partitions = selection.get("clients"), selection.get("partitions")
-    cases = [case_name(c) for c in config["cases"]
-             if (datasets is None or c["dataset"] in datasets)
-             and (models is None or c["model"] in models)
-             and (clients is None or c["partition"]["clients"] in clients)
-             and (partitions is None or c["partition"]["kind"] in partitions)]
+    return [c for c in config["cases"]
+            if (datasets is None or c["dataset"] in datasets)
+            and (models is None or c["model"] in models)
+            and (clients is None or c["partition"]["clients"] in clients)
+            and (partitions is None or c["partition"]["kind"] in partitions)]
+
+
+def _selection_points(config: dict, target: str, selection: dict) -> Iterator[Point]:
+    cases = [case_name(c) for c in selected_cases(config, selection)]
     defenses = selection.get("defenses", sorted(config["defenses"]))
     attacks = tuple(selection.get("attacks", sorted(config["attacks"])))
     sweep = selection.get("sweep", {})

@@ -11,8 +11,10 @@ input (no ``train_gan`` job), loaded key for key in the public PyTorch ports' fo
 ``pytorch_model.bin``) and handed to the attacks as ``attacks.prior.StyleGAN2Prior`` /
 ``BigGANPrior`` with the searched space and class map of the configuration; a prior of any
 other dataset (an attack's ``prior_dataset``, GIAS Fig. 6's wrong prior) is a DCGAN trained
-here. A missing weights file, or architecture settings the generator's constructor refuses,
-stop Snakemake before any job (``problem``, called by ``workflow/rules/common.smk``).
+here. A missing weights file, one whose keys or shapes do not fit the configured
+architecture (its tensors mapped, not read), or architecture settings the generator's
+constructor refuses, stop Snakemake before any job (``problem``, called by
+``workflow/rules/common.smk``).
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from fedleak.config import ConfigError
 from fedleak.models.biggan import load_biggan
 from fedleak.models.ported import architecture
 from fedleak.models.stylegan2 import load_stylegan2
+from fedleak.utils.io import ArtifactError
 
 FORMATS = {"stylegan2": "a rosinality/stylegan2-pytorch checkpoint holding 'g_ema', or the "
                         "bare g_ema state dict",
            "biggan": "huggingface pytorch-pretrained-BigGAN's pytorch_model.bin"}
+LOADERS = {"stylegan2": load_stylegan2, "biggan": load_biggan}
 
 
 def pretrained(config: dict) -> bool:
@@ -71,8 +75,10 @@ def weights(config: dict, dataset: str | None = None) -> Path:
 def problem(config: dict) -> str | None:
     """What stops the run before any job, or None: a pretrained prior's architecture
     settings that its constructor refuses (built on the meta device: no memory, no weights
-    drawn), or its weights file absent, named with where it comes from (``source``) and
-    the way to run on DCGANs instead. The DCGAN has none."""
+    drawn), its weights file absent, named with where it comes from (``source``) and the
+    way to run on DCGANs instead, or a file that does not fit the architecture (unreadable,
+    or its first missing, unexpected or mis-shaped key; no tensor data read). The DCGAN
+    has none."""
     for dataset in pretrained_datasets(config):
         gan, key = spec(config, dataset), _key(config, dataset)
         kind = gan["kind"]
@@ -88,6 +94,10 @@ def problem(config: dict) -> str | None:
                     f"{dataset}'s generator from it: expected {FORMATS[kind]}, "
                     f"downloaded to that path{source}); or run DCGANs trained here: "
                     f"--config 'gan={{kind: dcgan}}'")
+        try:
+            LOADERS[kind](Path(gan["weights"]), check_only=True, **arguments)
+        except ArtifactError as error:
+            return f"{key}.weights: {error}"
     return None
 
 
@@ -103,8 +113,7 @@ def load(config: dict, dataset: str | None = None) -> GeneratorPrior:
     architecture)."""
     gan = spec(config, dataset)
     _, arch = architecture(gan)
-    loader = load_stylegan2 if gan["kind"] == "stylegan2" else load_biggan
-    return _wrapped(gan, loader(Path(gan["weights"]), **arch))
+    return _wrapped(gan, LOADERS[gan["kind"]](Path(gan["weights"]), **arch))
 
 
 def untrained(config: dict, dataset: str | None = None) -> GeneratorPrior:

@@ -202,3 +202,22 @@ def sequence_problem(attack: Mapping) -> str | None:
                 f"'attack.attacker.known_labels': true (GIAS App. D: the attacker matches each "
                 f"upload to its images); got false")
     return None
+
+
+def labels_problem(config: Mapping, attack: Mapping) -> str | None:
+    """Why the victims' batches of ``attack`` (the ``attack:`` section, or a swept copy)
+    cannot each hold ``attack.protocol.batch_size`` different labels
+    (``attack.victims.distinct_labels``) in some case's dataset, as many as its options say
+    it has (``data.datasets.label_count``); None when they can, the count is not known yet,
+    no attack runs or a stride or class chooses the victims."""
+    chosen, size = attack["victims"], attack["protocol"]["batch_size"]
+    if not (config["attacks"] and chosen["distinct_labels"]) or chosen["stride"] \
+            or chosen["class"] is not None:
+        return None
+    for dataset in dict.fromkeys(case["dataset"] for case in config["cases"]):
+        labels = data.datasets.label_count(dataset, config["datasets"].get(dataset, {}))
+        if labels is not None and size > labels:
+            return (f"'attack.protocol.batch_size' {size} with 'attack.victims.distinct_labels' "
+                    f"true: a victim's batch needs {size} different labels, but {dataset!r} has "
+                    f"{labels} classes; expected at most {labels}")
+    return None

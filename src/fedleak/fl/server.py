@@ -10,6 +10,7 @@ and applies them with its optimiser: SGD, or Adam (FedAdam, Reddi et al., ICLR
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
@@ -44,7 +45,8 @@ class FLSettings:
 def run_federated(model: nn.Module, train: ImageData, test: ImageData,
                   partition: list[np.ndarray], defense: Defense, settings: FLSettings,
                   seed: int, on_round: Callable[[int, nn.Module], None] | None = None,
-                  progress: bool = True) -> list[dict]:
+                  progress: bool = True, keep: Callable[[dict], None] | None = None,
+                  resume_from: dict | None = None) -> list[dict]:
     """Train ``model`` in place; returns the evaluation history [{round, accuracy,
     test_loss, uploads, fallbacks}, ...]: ``uploads`` counts the client updates since the
     previous entry and ``fallbacks`` those a defense reported as the clean gradient
@@ -53,6 +55,10 @@ def run_federated(model: nn.Module, train: ImageData, test: ImageData,
     ``on_round(r, model)`` is called before round r runs (r = 0 is the initial model)
     and once more after the last round. Clients' batches are indexed where ``train`` lies
     (a phase puts its data on its device once, beside ``model``).
+
+    ``keep(state)`` is handed the run's whole state at each evaluation round after the
+    first; ``resume_from``, such a state, continues the run from there as if it had not
+    stopped (``experiment.resume``).
     """
     rng = np.random.default_rng(seed)
     noise = torch.Generator().manual_seed(int(rng.integers(2**62)))
@@ -70,12 +76,29 @@ def run_federated(model: nn.Module, train: ImageData, test: ImageData,
         counts.update(uploads=0, fallbacks=0)
         return entry
 
-    for r in tqdm(range(settings.rounds), desc=f"FL {getattr(defense, 'name', 'defense')}",
-                  disable=not progress, leave=False):
-        if on_round is not None:
-            on_round(r, model)
-        if r % settings.eval_every == 0:
-            history.append(evaluated(r))
+    def state(r: int) -> dict:
+        return {"round": r, "model": model.state_dict(), "server": server.state_dict(),
+                "rng": json.dumps(rng.bit_generator.state), "noise": noise.get_state(),
+                "history": history, "counts": dict(counts)}
+
+    first = 0
+    if resume_from is not None:  # its round `first` was checkpointed and evaluated
+        first = resume_from["round"]
+        model.load_state_dict(resume_from["model"])
+        server.load_state_dict(resume_from["server"])
+        rng.bit_generator.state = json.loads(resume_from["rng"])
+        noise.set_state(resume_from["noise"])
+        history += resume_from["history"]
+        counts.update(resume_from["counts"])
+    for r in tqdm(range(first, settings.rounds), desc=f"FL {getattr(defense, 'name', 'defense')}",
+                  initial=first, total=settings.rounds, disable=not progress, leave=False):
+        if resume_from is None or r > first:
+            if on_round is not None:
+                on_round(r, model)
+            if r % settings.eval_every == 0:
+                history.append(evaluated(r))
+                if keep is not None and r:
+                    keep(state(r))
         model.train()
         uploads = []
         for client in sorted(rng.choice(len(partition), per_round, replace=False)):

@@ -3,6 +3,8 @@ attribute CNN and tabular MLP, the Refiner evaluation network, DCGAN."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from torch import nn
 
 from fedleak.models.attribute import AttributeCNN, TabularFC
@@ -44,5 +46,13 @@ def build(name: str, channels: int, num_classes: int, image_size: int,
     return ResNet(int(name[6:]), channels, num_classes, image_size, **options)
 
 
+def for_case(case: Mapping, shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    """A configured case's classifier (``cases[]``: ``model``, LeNet's ``uniform_init``,
+    the attribute CNN's ``layout``) for inputs of ``shape`` (C, H, W)."""
+    options = {"lenet": {"uniform_init": case["uniform_init"]},
+               "attribute_cnn": {"layout": case["layout"]}}.get(case["model"], {})
+    return build(case["model"], shape[0], num_classes, shape[1], input_shape=shape, **options)
+
+
 __all__ = ["CLASSIFIERS", "CNN", "AttributeCNN", "Discriminator", "EvaluationNetwork",
-           "Generator", "LeNet", "ResNet", "TabularFC", "build"]
+           "Generator", "LeNet", "ResNet", "TabularFC", "build", "for_case"]

@@ -36,6 +36,7 @@ attention block), ``head(h)`` the output layers.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 
@@ -277,13 +278,17 @@ class BigGANGenerator(nn.Module):
         return (self.decode(z, classes) + 1) / 2
 
 
-def load_biggan(path: str | os.PathLike, resolution: int, **architecture) -> BigGANGenerator:
+def load_biggan(path: str | os.PathLike, resolution: int, check_only: bool = False,
+                **architecture) -> BigGANGenerator:
     """The generator in ``path``: huggingface/pytorch-pretrained-BigGAN's
     ``pytorch_model.bin`` (a state dict), read with ``weights_only=True``; eval mode.
     ``architecture``: ``BigGANGenerator``'s other arguments (the port's ``config.json``:
-    z_dim -> latent_dim, channel_width, num_classes)."""
-    net = BigGANGenerator(resolution, **architecture)
+    z_dim -> latent_dim, channel_width, num_classes). ``check_only``: the file's keys and
+    shapes checked against a net on the meta device, no tensor data read
+    (``load_port_state``)."""
+    with torch.device("meta") if check_only else contextlib.nullcontext():
+        net = BigGANGenerator(resolution, **architecture)
     what = (f"the BigGAN-deep generator (huggingface/pytorch-pretrained-BigGAN layout, "
             f"resolution {resolution}, latent {net.latent_dim}, widths {net.widths} x "
             f"{net.generator.ch}, {net.num_classes} classes)")
-    return load_port_state(net, path, what)
+    return load_port_state(net, path, what, check_only=check_only)

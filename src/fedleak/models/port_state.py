@@ -20,12 +20,14 @@ REMEDY = "check the file and the architecture settings (resolution, widths, late
 
 
 def load_port_state(module: nn.Module, path: str | os.PathLike, what: str,
-                    container: str | None = None) -> nn.Module:
+                    container: str | None = None, check_only: bool = False) -> nn.Module:
     """``module`` with the state dict read from ``path`` (under the key ``container`` when
     the file is a dict holding it, or the file itself), in eval mode. FileNotFoundError
     when ``path`` is absent; ArtifactError naming ``path`` and the first missing,
-    unexpected or mis-shaped key when the state does not fit ``what``."""
-    saved = load_torch(path)
+    unexpected or mis-shaped key when the state does not fit ``what``. ``check_only``:
+    the keys and shapes compared with the tensors mapped, not read, and ``module`` (e.g.
+    on the meta device) returned as it is."""
+    saved = load_torch(path, mmap=check_only)
     state = saved.get(container, saved) if container and isinstance(saved, dict) else saved
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor)
                                               for v in state.values()):
@@ -46,5 +48,7 @@ def load_port_state(module: nn.Module, path: str | os.PathLike, what: str,
             raise ArtifactError(f"{path} does not fit {what}: key {key!r} has shape "
                                 f"{tuple(state[key].shape)}, expected {tuple(value.shape)}; "
                                 f"{REMEDY}")
+    if check_only:
+        return module
     module.load_state_dict(state)
     return module.eval()

@@ -40,6 +40,7 @@ search the untruncated prior.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 
@@ -300,14 +301,19 @@ class StyleGAN2Generator(nn.Module):
 
 def load_stylegan2(path: str | os.PathLike, resolution: int, latent_dim: int = 512,
                    n_mlp: int = 8, channel_multiplier: int = 2,
-                   widths: dict[int, int] | None = None) -> StyleGAN2Generator:
+                   widths: dict[int, int] | None = None,
+                   check_only: bool = False) -> StyleGAN2Generator:
     """The generator in ``path``: a rosinality/stylegan2-pytorch checkpoint (a dict with
     ``g_ema``, as its ``convert_weight.py`` writes; other entries such as ``latent_avg``
     are ignored) or a bare ``g_ema`` state dict, read with ``weights_only=True``; eval mode.
     A training checkpoint of the port also pickles its argparse ``args``, which
-    ``weights_only`` refuses: save ``{"g_ema": ckpt["g_ema"]}`` from it first."""
-    net = StyleGAN2Generator(resolution, latent_dim, n_mlp, channel_multiplier, widths=widths)
+    ``weights_only`` refuses: save ``{"g_ema": ckpt["g_ema"]}`` from it first.
+    ``check_only``: the file's keys and shapes checked against a net on the meta device,
+    no tensor data read (``load_port_state``)."""
+    with torch.device("meta") if check_only else contextlib.nullcontext():
+        net = StyleGAN2Generator(resolution, latent_dim, n_mlp, channel_multiplier,
+                                 widths=widths)
     what = (f"the StyleGAN2 generator (rosinality/stylegan2-pytorch 'g_ema' layout, "
             f"resolution {resolution}, latent {latent_dim}, {n_mlp} mapping layers, "
             f"widths {net.widths})")
-    return load_port_state(net, path, what, container="g_ema")
+    return load_port_state(net, path, what, container="g_ema", check_only=check_only)

@@ -12,7 +12,7 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -137,14 +137,19 @@ def save_torch(path: str | os.PathLike, obj: Any) -> Path:
 REMEDY = "delete it and re-run the step that writes it (snakemake re-creates missing files)"
 
 
-def load_torch(path: str | os.PathLike) -> Any:
+def load_torch(path: str | os.PathLike, mmap: bool = False) -> Any:
     """A file ``save_torch`` wrote, read with ``weights_only=True``: tensors, numbers,
-    strings and containers only, nothing executed. FileNotFoundError when it is absent,
-    ArtifactError naming it when it is truncated, corrupted or holds other objects."""
+    strings and containers only, nothing executed; with ``mmap`` its tensors mapped, not
+    read (their keys and shapes checked cheaply; a legacy non-zip file is read whole).
+    FileNotFoundError when it is absent, ArtifactError naming it when it is truncated,
+    corrupted or holds other objects."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
+        if mmap:
+            with suppress(RuntimeError):  # a legacy (non-zip) file cannot be mapped
+                return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         # torch's message wraps the reason in advice to pass weights_only=False: keep the reason

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import random
 import sys
@@ -53,3 +54,23 @@ def child_seeds(seed: int, concerns: list[str]) -> dict[str, int]:
 def derived_seed(*keys: int) -> int:
     """An integer seed determined by ``keys`` (e.g. a victim's seed and a restart index)."""
     return int(np.random.SeedSequence(list(keys)).generate_state(1)[0])
+
+
+def global_state() -> dict:
+    """The states of python's, numpy's and torch's global generators (CUDA's too), in what
+    ``save_torch`` stores and ``weights_only`` loads: what a resumed job restores."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"python": repr(random.getstate()),
+            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []}
+
+
+def restore_global_state(state: dict) -> None:
+    """Put the global generators back into ``state`` (:func:`global_state`)."""
+    random.setstate(ast.literal_eval(state["python"]))
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"]:
+        torch.cuda.set_rng_state_all(state["cuda"])

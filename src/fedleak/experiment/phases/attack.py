@@ -11,6 +11,7 @@ setting's defense itself (``defense``, which an adaptive attack samples).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections import Counter
 from collections.abc import Iterable
@@ -26,6 +27,7 @@ from fedleak.experiment import artifacts, cost, paths, plan, priors, records, vi
 from fedleak.experiment.job import Job, model_at
 from fedleak.experiment.phase import CPU_MODELS, Kind, Output, Phase
 from fedleak.experiment.phases.prepare_data import class_counts
+from fedleak.experiment.resume import Resume
 from fedleak.types import ADAPTIVE, PAPER, Setting
 from fedleak.utils.device import select
 from fedleak.utils.io import write_json
@@ -188,8 +190,11 @@ def _attackers(labels: Iterable[str], built: dict, adaptive: dict
             if attack is not None]
 
 
-def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: int) -> None:
-    """The job's attacks, each against the same defended uploads of one setting."""
+def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: int,
+                resume: Resume | None = None) -> None:
+    """The job's attacks, each against the same defended uploads of one setting; with
+    ``resume``, each chunk of victims an attack finishes is kept there (a killed job's
+    rerun continues after the last one)."""
     job = Job(config, results, case, setting, seed)
     plan.check_planned(plan.jobs(config), case, setting, "attack job")
     plan.check_seed(seed, config["attack"]["attacker"]["seeds"], "attack.attacker.seeds")
@@ -202,6 +207,9 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
     counts = class_counts(results, job.dataset)  # None: not prepared (loading names it)
     if counts is not None and (why := problem(spec, counts, job.dataset)):
         raise ValueError(why)
+    if resume is not None and (kept := resume.kept()):
+        print(f"attack {case} {setting} seed {seed}: resuming with {len(kept)} finished "
+              f"chunks of victims kept in {resume.folder}", file=sys.stderr)
     seeds = child_seeds(seed, ["victims", "defense", "attack"])
     device = select(config["device"])
     seed_everything(seeds["attack"], config["threads"])
@@ -223,7 +231,8 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
         count = plan.victims(job.resolved, label)
         try:
             recs = attacks.reconstruct_all(attack, observations[:count], outputs["snapshots"],
-                                           progress=f"{label} ({attacker}) vs {setting}")
+                                           progress=f"{label} ({attacker}) vs {setting}",
+                                           kept=_kept(resume, f"{label}.{attacker}"))
         except (ArithmeticError, torch.linalg.LinAlgError) as err:  # numerical breakdown
             recs = [records.failed(obs, f"failed: {type(err).__name__}: {err}",
                                    outputs["snapshots"]) for obs in observations[:count]]
@@ -256,6 +265,17 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
         "lpips_unavailable": (metrics.lpips_unavailable_reason(outputs["lpips_net"])
                               if "lpips" in outputs["metrics"] else None),
     })
+    if resume is not None:
+        resume.finish()
+
+
+def _kept(resume: Resume | None, run: str) -> attacks.engine.Kept | None:
+    """The engine's chunks of the run ``run`` (label.attacker), kept in ``resume``."""
+    if resume is None:
+        return None
+    return lambda begin, attack: resume.piece(
+        f"{run}.{begin}", attack, lambda recs: [dataclasses.asdict(r) for r in recs],
+        lambda kept: [attacks.Reconstruction(**r) for r in kept])
 
 
 # -- the declaration ------------------------------------------------------------------------
@@ -324,5 +344,6 @@ PHASE = Phase(
     startup="startup:gradients",
     priority=artifacts.trained_first,
     kinds=KINDS,
+    resumable=True,
 )
 

@@ -14,6 +14,7 @@ from fedleak import data, defenses
 from fedleak.experiment import artifacts, cost, paths, plan
 from fedleak.experiment.job import Job, build_model
 from fedleak.experiment.phase import Output, Phase, by_model
+from fedleak.experiment.resume import Resume
 from fedleak.fl import FLSettings, run_federated
 from fedleak.types import artifact_parts
 from fedleak.utils.device import select
@@ -21,9 +22,11 @@ from fedleak.utils.io import save_torch, write_json
 from fedleak.utils.seeding import child_seeds, seed_everything
 
 
-def run_fl(config: dict, results: Path, case: str, setting, seed: int) -> None:
+def run_fl(config: dict, results: Path, case: str, setting, seed: int,
+           resume: Resume | None = None) -> None:
     """Federated training of one case under one setting's defense; the model is saved at
-    every round some setting attacks, and at the end."""
+    every round some setting attacks, and at the end. With ``resume``, the run's state is
+    kept there at each evaluation round, and a killed run's rerun continues from it."""
     plan.find_case(config, case)
     if setting != plan.NONE:  # every case's undefended run: the reference of PMM and of GIML
         plan.check_planned(plan.fl_settings(config), case, plan.fl_setting(setting), "FL run")
@@ -53,11 +56,23 @@ def run_fl(config: dict, results: Path, case: str, setting, seed: int) -> None:
             diverged.append(r)
         if r in rounds:
             save_torch(paths.checkpoint(results, case, job.setting, seed, r), m.state_dict())
+            if resume is not None:  # the job's outputs go when it is killed; this stays
+                resume.keep(f"round{r}", m.state_dict())
 
+    kept = resume.latest("state") if resume is not None else None
+    if kept is not None:  # the killed run's checkpoints, then its state
+        print(f"FL {case} {job.setting} seed {seed}: resuming at round {kept['round']} of "
+              f"{job.resolved['fl']['rounds']} from {resume.folder}", file=sys.stderr)
+        diverged += kept.pop("diverged")
+        for r in sorted(rounds):
+            if r <= kept["round"]:
+                save_torch(paths.checkpoint(results, case, job.setting, seed, r),
+                           resume.latest(f"round{r}", restore=False))
     start = time.perf_counter()
-    history = run_federated(model, train, test, shards, defense,
-                            FLSettings.from_config(job.resolved["fl"]), seeds["rounds"],
-                            checkpoint)
+    history = run_federated(
+        model, train, test, shards, defense, FLSettings.from_config(job.resolved["fl"]),
+        seeds["rounds"], checkpoint, keep=None if resume is None else
+        lambda state: resume.keep("state", {**state, "diverged": diverged}), resume_from=kept)
     failure = None
     if diverged:  # a defense (or the server optimiser) made the weights NaN/inf
         failure = (f"diverged: the model's weights are NaN/inf from round {diverged[0]} on (a "
@@ -78,6 +93,8 @@ def run_fl(config: dict, results: Path, case: str, setting, seed: int) -> None:
     })
     print(f"FL {case} {job.setting} seed {seed}: accuracy {history[-1]['accuracy']:.4f}",
           file=sys.stderr)
+    if resume is not None:
+        resume.finish()
 
 
 def _job(config: dict, results: Path, job: dict) -> Job:
@@ -137,4 +154,5 @@ PHASE = Phase(
     timed=True,
     work=_work,
     priority=artifacts.trained_first,
+    resumable=True,
 )

@@ -1,0 +1,74 @@
+"""Long jobs resume where they stopped. A job keeps each finished piece of its work (an
+attack's chunk of victims, an FL run's state at its evaluation rounds) in a folder of its
+own, ``results/partial/<phase>/<job>/<key>/``, outside its outputs, which Snakemake deletes
+when a job fails or is killed. Run again (the same command, or SLURM's requeue), the job
+loads those pieces instead of recomputing them; the global random generators are kept and
+restored with each piece, so the result is byte-identical to an uninterrupted run.
+
+``key`` digests the configuration values the job reads (its phase's ``params``) and the
+code it runs (``experiment.code.job_digest``; ``fedleak <command>`` makes the folder): the
+pieces of another configuration or code are never read. A finished job removes its
+folder.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from fedleak.experiment import paths
+from fedleak.utils.io import load_torch, save_torch
+from fedleak.utils.seeding import global_state, restore_global_state
+
+T = TypeVar("T")
+
+
+class Resume:
+    """The kept pieces of one job, in ``folder``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+
+    def kept(self) -> list[str]:
+        """The names of the pieces kept so far."""
+        return sorted(p.stem for p in self.folder.glob("*.pt")) if self.folder.is_dir() else []
+
+    def piece(self, name: str, compute: Callable[[], T], encode: Callable[[T], Any],
+              decode: Callable[[Any], T]) -> T:
+        """The piece ``name``: as kept, the global generators put back to their state after
+        it; else ``compute()``, kept with the generators' state."""
+        path = self.folder / f"{name}.pt"
+        if path.is_file():
+            kept = load_torch(path)
+            restore_global_state(kept["random"])
+            return decode(kept["piece"])
+        value = compute()
+        save_torch(path, {"piece": encode(value), "random": global_state()})
+        return value
+
+    def latest(self, name: str, restore: bool = True) -> Any | None:
+        """The state last kept as ``name`` (None: none); with ``restore``, the global
+        generators put back to their state when it was kept."""
+        path = self.folder / f"{name}.pt"
+        if not path.is_file():
+            return None
+        kept = load_torch(path)
+        if restore:
+            restore_global_state(kept["random"])
+        return kept["state"]
+
+    def keep(self, name: str, state: Any) -> None:
+        """Keep ``state`` as ``name`` (replacing the one before), with the generators'."""
+        save_torch(self.folder / f"{name}.pt", {"state": state, "random": global_state()})
+
+    def finish(self) -> None:
+        """The job is done: its kept pieces (and folders left empty above them) go."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        for parent in self.folder.parents:
+            if not parent.is_dir() or any(parent.iterdir()):
+                break
+            parent.rmdir()
+            if parent.name == paths.PARTIAL:
+                break
