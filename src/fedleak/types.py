@@ -129,6 +129,10 @@ class Observation:
     input_shape: tuple[int, int, int] | None = None
     # BN_exact (GradInversion): the client's batch (mean, var) per BatchNorm layer, model order
     bn_statistics: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    # FedAvg: the upload is (theta_0 - theta_K) / local_lr after K local SGD steps on the
+    # batch, as the server knows them (1: FedSGD, one gradient)
+    local_steps: int = 1
+    local_lr: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, nn.Module):
@@ -167,6 +171,12 @@ class Observation:
                              f"input_shape={tuple(own)} or leave it out")
         if self.labels is not None:
             self._check_labels()
+        if isinstance(self.local_steps, bool) or not isinstance(self.local_steps, int) \
+                or self.local_steps < 1 or (self.local_steps > 1 and not (
+                    isinstance(self.local_lr, (int, float)) and self.local_lr > 0)):
+            raise ValueError(f"Observation local_steps must be an integer >= 1, with "
+                             f"local_lr > 0 when it is more than 1; got {self.local_steps!r} "
+                             f"and {self.local_lr!r}")
 
     def _check_labels(self) -> None:
         if not isinstance(self.labels, torch.Tensor) or self.labels.is_floating_point() \

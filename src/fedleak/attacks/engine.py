@@ -50,6 +50,7 @@ from fedleak.attacks.objectives import (
 )
 from fedleak.attacks.optimization import Objective, Trajectory, last_recorded, optimize
 from fedleak.attacks.stacked_gradients import StackedModel, forming_pays, unsupported
+from fedleak.attacks.unrolled import unrolled_update
 from fedleak.types import Observation, Update
 
 ENGINES = ("auto", "stacked", "loop")
@@ -214,10 +215,12 @@ def stacked_loss(model: nn.Module, labels: torch.Tensor | None,
 def looped_loss(model: nn.Module, labels: torch.Tensor | None,
                 targets: dict[str, torch.Tensor], *, distance: str,
                 regularizers: Mapping[str, float] | None = None,
-                transforms: Sequence[Transform] | None = None, prior: Prior | None = None
-                ) -> Loss:
+                transforms: Sequence[Transform] | None = None, prior: Prior | None = None,
+                local: tuple[int, float] | None = None) -> Loss:
     """:func:`stacked_loss` one problem at a time, each trial gradient by autograd on
-    ``model`` itself (``transforms[p]`` the transformation of problem p when given)."""
+    ``model`` itself (``transforms[p]`` the transformation of problem p when given); with
+    ``local`` (K, lr), each trial is the FedAvg upload of K local steps
+    (``unrolled.unrolled_update``)."""
     measure, regularize = DISTANCES[distance], penalty(regularizers)
     residual, norms = distance in RESIDUAL_DISTANCES, batchnorm_layers(model)
 
@@ -228,7 +231,9 @@ def looped_loss(model: nn.Module, labels: torch.Tensor | None,
         with BNRecorder(model) as recorder:
             for p, x in enumerate(images):
                 with torch.enable_grad():
-                    trial = Update.of(model, x, labels[p], create_graph=graph)
+                    trial = Update.of(model, x, labels[p], create_graph=graph) \
+                        if local is None else unrolled_update(model, x, labels[p], *local,
+                                                              create_graph=graph)
                 if transforms is not None:
                     trial = transforms[p](trial, x)
                 own = slice(p // restarts, p // restarts + 1)
@@ -300,8 +305,12 @@ class Victims:
                     "regularizers": stage.regularizers if regularized else None,
                     "prior": stage.prior(chosen, restarts) if regularized and stage.prior
                     else None}
-        return (stacked_loss if self.stacked else looped_loss)(
-            self.model, labels, targets, transforms=transforms, **settings)
+        if self.stacked:  # one-step uploads only (``_mixed``)
+            return stacked_loss(self.model, labels, targets, transforms=transforms, **settings)
+        first = chosen[0]  # a FedAvg upload: the client's steps unrolled in each trial
+        local = (first.local_steps, first.local_lr) if first.local_steps > 1 else None
+        return looped_loss(self.model, labels, targets, transforms=transforms, local=local,
+                           **settings)
 
     def _cost_loss(self, stage: Stage, restarts: int, regularized: bool) -> Loss:
         """A cost stage's loss: victim v's ``stage.cost(obs)`` of its restarts' images (rows
@@ -559,6 +568,14 @@ def _mixed(observations: Sequence[Observation]) -> str | None:
             return (f"observation {v} has batch_size {obs.batch_size} and input_shape "
                     f"{obs.input_shape}; expected {first.batch_size} and "
                     f"{first.input_shape} like observation 0")
+        if (obs.local_steps, obs.local_lr) != (first.local_steps, first.local_lr):
+            return (f"observation {v} is an upload of {obs.local_steps} local steps at lr "
+                    f"{obs.local_lr}; expected {first.local_steps} at {first.local_lr} like "
+                    f"observation 0")
+    if first.local_steps > 1:
+        return (f"the observations are FedAvg uploads of {first.local_steps} local steps, "
+                f"whose unrolled trials run one problem at a time; expected one-step uploads "
+                f"to stack")
     return mismatch(observations)
 
 

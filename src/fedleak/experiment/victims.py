@@ -62,7 +62,8 @@ def observations(job: Job, model: torch.nn.Module, train: data.ImageData,
                  defense: defenses.Defense, seeds: dict) -> tuple[list, list]:
     """The observations (defended uploads) of ``attack.victims.count`` client batches, and the
     truths. Each victim's upload is made as FL clients make theirs (``fl.local_steps``
-    SGD steps on its batch, then the defense); the attacks match one gradient step. With
+    SGD steps on its batch, then the defense), which the attacks match by unrolling those
+    steps (:func:`local_protocol`). With
     ``attack.protocol.mixed`` each victim's model is its own: the round-0 model after
     ``attack.protocol.round`` rounds of the victim and another client (CENSOR Fig. 2)."""
     spec, fl = job.resolved["attack"], job.resolved["fl"]
@@ -86,9 +87,19 @@ def observations(job: Job, model: torch.nn.Module, train: data.ImageData,
         observed.append(Observation(
             model=attacked, gradient=upload, batch_size=len(idx),
             labels=y if spec["attacker"]["known_labels"] else None,
-            bn_statistics=batch_statistics(attacked, x) or None))  # BN_exact: the client's
+            bn_statistics=batch_statistics(attacked, x) or None,  # BN_exact: the client's
+            **local_protocol(fl, spec)))
         truths.append((idx, x.cpu(), y.cpu()))
     return observed, truths
+
+
+def local_protocol(fl: Mapping, attack: Mapping) -> dict:
+    """The client's local steps and learning rate as the attack knows them: FedAvg's
+    ``fl.local_steps`` at ``fl.local_lr``, unrolled in each trial
+    (``attack.attacker.unrolled``); else one step, the single-gradient objective."""
+    if fl["local_steps"] == 1 or not attack["attacker"]["unrolled"]:
+        return {}
+    return {"local_steps": fl["local_steps"], "local_lr": fl["local_lr"]}
 
 
 def sequence_observations(job: Job, model: torch.nn.Module, train: data.ImageData,
