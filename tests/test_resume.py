@@ -11,9 +11,13 @@ import torch
 from conftest import lenet_victims, observe_defended
 
 from fedleak import attacks, data, defenses
+from fedleak.adversaries.zoo import train_zoo
+from fedleak.attacks.giml import meta_learn_generator
 from fedleak.experiment.resume import Resume
 from fedleak.fl import FLSettings, run_federated
-from fedleak.models import LeNet
+from fedleak.models import Generator, LeNet
+from fedleak.models.dcgan import init_weights, train_dcgan
+from fedleak.types import Update
 
 
 class Killed(Exception):
@@ -101,3 +105,78 @@ def test_an_fl_run_resumes_from_its_last_kept_round(digits, tmp_path):
     again, resumed = federated(digits, resume_from=kept)
     assert resumed == history
     assert all(torch.equal(weights[k], again[k]) for k in weights)
+
+
+def interrupted_at(count: int, resume: Resume):
+    """A ``keep`` that keeps each state in ``resume`` (written, as a job's) until it is
+    handed its ``count``-th, then dies."""
+    handed = []
+
+    def keep(state):
+        handed.append(1)
+        if len(handed) == count:
+            raise Killed
+        resume.keep("state", state)
+    return keep
+
+
+def same_weights(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_dcgan_training_resumes_after_its_last_kept_epoch(digits, tmp_path):
+    images = digits.x[:48]
+    train = dict(epochs=3, batch_size=16, lr=2e-4, latent_dim=8, width=8, seed=0,
+                 progress=False)
+    whole, log = train_dcgan(images, **train)
+    resume = Resume(tmp_path / "gan")
+    with pytest.raises(Killed):
+        train_dcgan(images, **train, keep=interrupted_at(2, resume))
+    kept = resume.latest("state")
+    again, resumed_log = train_dcgan(images, **train, resume_from=kept)
+    assert kept["epoch"] == 1 and resumed_log == log
+    assert same_weights(whole.state_dict(), again.state_dict())
+
+
+def test_giml_resumes_after_its_last_kept_outer_step(digits, tmp_path):
+    tasks = []
+    for i in range(3):
+        torch.manual_seed(i)
+        model, x, y = LeNet(1, 10, 32), digits.x[i:i + 1], digits.y[i:i + 1]
+        tasks.append(attacks.Observation(model=model, gradient=Update.of(model, x, y),
+                                         batch_size=1))
+    torch.manual_seed(0)
+    generator = Generator(16, 1, 8)
+    generator.apply(init_weights)
+    learn = dict(outer_steps=3, tasks_per_step=2, latent_iterations=2,
+                 parameter_iterations=2, lr_z=0.01, lr_w=1e-4, meta_optimizer="adam",
+                 meta_lr=1e-3, tv=1e-4, z_norm=1e-4, seed=0)
+    whole, log = meta_learn_generator(tasks, generator, **learn)
+    resume = Resume(tmp_path / "giml")
+    with pytest.raises(Killed):
+        meta_learn_generator(tasks, generator, **learn, keep=interrupted_at(3, resume))
+    kept = resume.latest("state")
+    again, resumed_log = meta_learn_generator(tasks, generator, **learn, resume_from=kept)
+    assert kept["step"] == 2 and resumed_log == log
+    assert same_weights(whole.state_dict(), again.state_dict())
+
+
+def test_a_model_zoo_trains_only_the_models_it_did_not_keep(tmp_path):
+    rng = torch.Generator().manual_seed(0)
+    features, labels = torch.randn(40, 12, generator=rng), {"a": torch.arange(40) % 2}
+    train = dict(size=3, epochs=2, lr=0.01, seed=0, widths=(8, 16))
+    whole = train_zoo(features, labels, {"a": 2}, **train)
+    resume, trained = Resume(tmp_path / "zoo"), []
+
+    def kept(name, run, stop=None):
+        if name == stop:
+            raise Killed
+        return resume.piece(name, lambda: trained.append(name) or run(), dict, dict)
+    with pytest.raises(Killed):
+        train_zoo(features, labels, {"a": 2}, **train,
+                  kept=lambda name, run: kept(name, run, stop="a.2"))
+    trained.clear()
+    again = train_zoo(features, labels, {"a": 2}, **train, kept=kept)
+    assert trained == ["a.2"]
+    assert all(same_weights(m.state_dict(), n.state_dict())
+               for m, n in zip(whole.models["a"], again.models["a"]))

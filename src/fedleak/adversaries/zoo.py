@@ -14,7 +14,7 @@ of {widths, state dict}) that ``torch.load(weights_only=True)`` reads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,9 +77,11 @@ def _powers_of_two(widths: tuple[int, int]) -> list[int]:
 def train_zoo(features: torch.Tensor, labels: Mapping[str, torch.Tensor],
               classes: Mapping[str, int], size: int = 20, epochs: int = 80, lr: float = 0.01,
               seed: int = 0, progress: bool = False, widths: tuple[int, int] = (128, 2048),
-              batch_size: int = 32, momentum: float = 0.9) -> ModelZoo:
+              batch_size: int = 32, momentum: float = 0.9,
+              kept: Callable[[str, Callable[[], dict]], dict] | None = None) -> ModelZoo:
     """``size`` defender models per attribute of ``labels`` (attribute -> (N,) labels),
-    trained on ``features`` (N, feature_size)."""
+    trained on ``features`` (N, feature_size). ``kept(name, train)``: model ``name``'s
+    weights as a killed job kept them, else ``train()`` (``experiment.resume``)."""
     features = torch.as_tensor(features, dtype=torch.float32)
     if features.ndim != 2:
         raise ValueError(f"train_zoo features must have shape (N, feature_size), "
@@ -104,11 +106,18 @@ def train_zoo(features: torch.Tensor, labels: Mapping[str, torch.Tensor],
         for i in range(size):
             hidden = [int(w) for w in rng.choice(choices, size=3)]
             model_seed = int(seeds[a * size + i])
+
+            def trained(hidden=hidden, model_seed=model_seed, y=y, attribute=attribute) -> dict:
+                net = make_net(features.shape[1], hidden, classes[attribute], model_seed
+                               ).to(features.device)
+                train_classifier(net, features, y, epochs=epochs, lr=lr, momentum=momentum,
+                                 batch_size=batch_size, seed=model_seed)
+                return net.state_dict()
+            state = trained() if kept is None else kept(f"{attribute}.{i}", trained)
             net = make_net(features.shape[1], hidden, classes[attribute], model_seed
                            ).to(features.device)
-            train_classifier(net, features, y, epochs=epochs, lr=lr, momentum=momentum,
-                             batch_size=batch_size, seed=model_seed)
-            models[attribute].append(net.requires_grad_(False))
+            net.load_state_dict(state)
+            models[attribute].append(net.eval().requires_grad_(False))
             bar.update()
     bar.close()
     return ModelZoo(features.shape[1], dict(classes), models)

@@ -109,14 +109,16 @@ def meta_learn_generator(observations: Sequence[Observation], generator: nn.Modu
                          outer_steps: int, tasks_per_step: int, latent_iterations: int,
                          parameter_iterations: int, lr_z: float, lr_w: float,
                          meta_optimizer: str, meta_lr: float, tv: float, z_norm: float,
-                         seed: int, distance: str = "cosine", callback: Callback | None = None
-                         ) -> tuple[nn.Module, list[dict]]:
+                         seed: int, distance: str = "cosine", callback: Callback | None = None,
+                         keep: Callable[[dict], None] | None = None,
+                         resume_from: dict | None = None) -> tuple[nn.Module, list[dict]]:
     """Alg. 2: a generator meta-learned from ``observations``; returns it (eval mode) and a log.
 
     The keyword arguments are the configuration's ``giml:`` block (its schema holds the
     defaults). ``generator`` (e.g. a randomly initialised DCGAN with a ``latent_dim``) is
     not modified. After each outer step ``callback(step, generator, entry)`` sees the
-    current meta generator and the step's log entry.
+    current meta generator and the step's log entry; ``keep(state)`` the whole state
+    after it, from which ``resume_from`` continues (``experiment.resume``).
     """
     if not observations:
         raise ValueError("meta_learn_generator needs at least one observation, got none")
@@ -136,15 +138,25 @@ def meta_learn_generator(observations: Sequence[Observation], generator: nn.Modu
                  lr_z=lr_z, lr_w=lr_w, z_norm=z_norm, tv=tv, distance=distance)
     log: list[dict] = []
     order = _task_order(len(observations), outer_steps, tasks_per_step, rng)
+    done = 0
+    if resume_from is not None:
+        done = resume_from["step"]
+        meta.load_state_dict(resume_from["meta"])
+        meta_opt.load_state_dict(resume_from["meta_opt"])
+        rng.set_state(resume_from["rng"])
+        log += resume_from["log"]
     with ExitStack() as stack:  # train-mode BatchNorm would update the models' running stats
         for model in {id(obs.model): obs.model for obs in observations}.values():
             stack.enter_context(preserved_buffers(model))
-        for step, tasks in enumerate(order, start=1):
+        for step, tasks in enumerate(order[done:], start=done + 1):
             entry = _outer_step(meta, meta_opt, [observations[i] for i in tasks], rng, **inner)
             entry.update(step=step, tasks=tasks)
             log.append(entry)
             if callback is not None:
                 callback(step, meta, entry)
+            if keep is not None:
+                keep({"step": step, "meta": meta.state_dict(), "rng": rng.get_state(),
+                      "meta_opt": meta_opt.state_dict(), "log": log})
     return meta.eval().requires_grad_(False), log
 
 

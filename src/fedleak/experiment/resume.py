@@ -14,6 +14,7 @@ folder.
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -72,3 +73,17 @@ class Resume:
             parent.rmdir()
             if parent.name == paths.PARTIAL:
                 break
+
+
+def resumed(resume: Resume | None, what: str, counter: str) -> dict:
+    """``keep`` and ``resume_from`` for a training loop that hands ``keep`` its whole state
+    (``counter``: its count of finished epochs or steps) and continues from
+    ``resume_from``, the last state kept (none without ``resume``)."""
+    if resume is None:
+        return {}
+    state = resume.latest("state")
+    if state is not None:
+        print(f"{what}: resuming after {counter} {state[counter]} from {resume.folder}",
+              file=sys.stderr)
+    return {"keep": lambda kept: resume.keep("state", kept), "resume_from": state}
+

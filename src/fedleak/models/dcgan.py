@@ -12,6 +12,8 @@ layer. At 32x32 (``resolution`` 32, the default) the first upsampling block is d
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -84,7 +86,8 @@ def untrained_generator(latent_dim: int, channels: int, width: int, seed: int,
 
 
 def train_dcgan(images: torch.Tensor, *, epochs: int, batch_size: int, lr: float,
-                latent_dim: int, width: int, seed: int, progress: bool = True
+                latent_dim: int, width: int, seed: int, progress: bool = True,
+                keep: Callable[[dict], None] | None = None, resume_from: dict | None = None
                 ) -> tuple[Generator, list[dict]]:
     """Non-saturating GAN training (Goodfellow et al., 2014) with DCGAN's Adam (beta1 = 0.5);
     DCGAN's lr 2e-4, 25 epochs and batch 64 are the schema's defaults (``gan:``).
@@ -93,7 +96,9 @@ def train_dcgan(images: torch.Tensor, *, epochs: int, batch_size: int, lr: float
     to [-1, 1] for the tanh generator. Both
     networks train on ``images``' device (initialised on the CPU, the same weights on every
     device), the shuffles and latent codes drawn there.
-    Returns the generator (eval mode) and the mean losses per epoch.
+    Returns the generator (eval mode) and the mean losses per epoch. ``keep(state)`` is
+    handed the whole training state after each epoch; ``resume_from``, such a state,
+    continues from there as if nothing had stopped (``experiment.resume``).
     """
     from tqdm import tqdm
 
@@ -109,8 +114,17 @@ def train_dcgan(images: torch.Tensor, *, epochs: int, batch_size: int, lr: float
     d_opt = torch.optim.Adam(d_net.parameters(), lr=lr, betas=(0.5, 0.999))
     bce = nn.functional.binary_cross_entropy_with_logits
     data = images * 2 - 1
-    log = []
-    for epoch in tqdm(range(epochs), desc="dcgan", disable=not progress, leave=False):
+    log: list[dict] = []
+    nets, optimizers = {"g": g_net, "d": d_net}, {"g_opt": g_opt, "d_opt": d_opt}
+    first = 0
+    if resume_from is not None:
+        first = resume_from["epoch"]
+        for name, part in {**nets, **optimizers}.items():
+            part.load_state_dict(resume_from[name])
+        rng.set_state(resume_from["rng"])
+        log += resume_from["log"]
+    for epoch in tqdm(range(first, epochs), desc="dcgan", initial=first, total=epochs,
+                      disable=not progress, leave=False):
         order = torch.randperm(len(data), generator=rng, device=device)
         d_total, g_total, steps = 0.0, 0.0, 0
         for start in range(0, len(data), batch_size):
@@ -128,6 +142,9 @@ def train_dcgan(images: torch.Tensor, *, epochs: int, batch_size: int, lr: float
             g_opt.step()
             d_total, g_total, steps = d_total + d_loss.item(), g_total + g_loss.item(), steps + 1
         log.append({"epoch": epoch, "d_loss": d_total / steps, "g_loss": g_total / steps})
+        if keep is not None:
+            keep({"epoch": epoch + 1, "rng": rng.get_state(), "log": log,
+                  **{name: part.state_dict() for name, part in {**nets, **optimizers}.items()}})
     return g_net.eval(), log
 
 

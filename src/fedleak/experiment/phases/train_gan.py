@@ -14,6 +14,7 @@ from fedleak import data, models
 from fedleak.data.image_data import resized
 from fedleak.experiment import cost, paths
 from fedleak.experiment.phase import Output, Phase, always
+from fedleak.experiment.resume import Resume, resumed
 from fedleak.utils.device import select
 from fedleak.utils.io import load_state, save_image_grid, save_torch, write_json
 from fedleak.utils.seeding import seed_everything
@@ -44,9 +45,11 @@ def save_generator(out: Path, generator: models.Generator, spec: dict, channels:
     write_json(out.with_suffix(".json"), log)
 
 
-def train_gan(config: dict, results: Path, dataset: str) -> None:
+def train_gan(config: dict, results: Path, dataset: str, resume: Resume | None = None
+              ) -> None:
     """The DCGAN prior on ``dataset``'s ``gan.split`` (``gan.dataset``, or the wrong prior an
-    attack's ``prior_dataset`` names)."""
+    attack's ``prior_dataset`` names); with ``resume``, its state is kept there after each
+    epoch and a killed job's rerun continues from it."""
     spec = config["gan"]
     if dataset not in config["datasets"]:
         raise ValueError(f"dataset {dataset!r} is not configured; expected one of "
@@ -59,9 +62,12 @@ def train_gan(config: dict, results: Path, dataset: str) -> None:
     images = resized(images, (size, size)).clamp(0, 1)
     generator, log = models.dcgan.train_dcgan(
         images, epochs=spec["epochs"], batch_size=spec["batch_size"], lr=spec["lr"],
-        latent_dim=spec["latent_dim"], width=spec["width"], seed=spec["seed"])
+        latent_dim=spec["latent_dim"], width=spec["width"], seed=spec["seed"],
+        **resumed(resume, f"DCGAN of {dataset}", "epoch"))
     save_generator(paths.gan_file(results, dataset), generator, spec, images.shape[1],
                    {"dataset": dataset, "split": spec["split"], "log": log})
+    if resume is not None:
+        resume.finish()
 
 
 def _work(config: dict, results: Path, job: dict) -> dict[str, int]:
@@ -93,4 +99,5 @@ PHASE = Phase(
     params=lambda config, job: config["gan"],
     gpu=always,
     work=_work,
+    resumable=True,
 )

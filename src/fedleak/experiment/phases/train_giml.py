@@ -15,6 +15,7 @@ from fedleak.experiment import cost, paths, plan
 from fedleak.experiment.job import Job, model_at
 from fedleak.experiment.phase import Kind, Output, Phase, always
 from fedleak.experiment.phases.train_gan import save_generator
+from fedleak.experiment.resume import Resume, resumed
 from fedleak.types import Observation
 from fedleak.utils.device import select
 from fedleak.utils.seeding import seed_everything
@@ -28,8 +29,10 @@ def _undefended(config: dict, results: Path, case: str) -> Job:
     return Job(config, results, case, plan.NONE, config["attack"]["attacker"]["seeds"][0])
 
 
-def train_giml(config: dict, results: Path, case: str) -> None:
-    """GIML's generator, meta-learned from client gradients of the undefended FL run."""
+def train_giml(config: dict, results: Path, case: str, resume: Resume | None = None) -> None:
+    """GIML's generator, meta-learned from client gradients of the undefended FL run; with
+    ``resume``, its state (the kept steps' generators too) is kept there after each outer
+    step and a killed job's rerun continues from it."""
     spec = config["giml"]
     job = _undefended(config, results, case)
     device = select(config["device"])
@@ -55,11 +58,19 @@ def train_giml(config: dict, results: Path, case: str) -> None:
             checkpoints[step] = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
 
     keep(0, generator)  # the random start
+    loop = resumed(resume, f"GIML of {case}", "step")
+    if loop.get("resume_from"):  # the kept steps' generators made before the kill
+        checkpoints.update(loop["resume_from"]["checkpoints"])
+    if loop:  # kept with them
+        save = loop["keep"]
+        loop["keep"] = lambda state: save({**state, "checkpoints": checkpoints})
     meta, log = meta_learn_generator(observations, generator, callback=keep,
-                                     **{k: spec[k] for k in META_KEYS})
+                                     **{k: spec[k] for k in META_KEYS}, **loop)
     save_generator(paths.giml_file(results, case), meta, spec, train.x.shape[1],
                    {"case": case, "spec": spec, "indices": sorted(chosen.tolist()),
                     "checkpoints": kept, "log": log}, checkpoints)
+    if resume is not None:
+        resume.finish()
 
 
 def _work(config: dict, results: Path, job: dict) -> dict[str, int]:
@@ -102,4 +113,5 @@ PHASE = Phase(
     work=_work,
     startup="startup:gradients",
     kinds=KINDS,
+    resumable=True,
 )

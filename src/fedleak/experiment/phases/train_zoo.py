@@ -17,6 +17,7 @@ from fedleak.experiment import cost, paths, plan
 from fedleak.experiment.attribute_samples import clean_attribute_spec, d_train
 from fedleak.experiment.job import Job, model_at
 from fedleak.experiment.phase import Kind, Output, Phase, always
+from fedleak.experiment.resume import Resume
 from fedleak.utils.device import select
 from fedleak.utils.seeding import seed_everything
 
@@ -39,10 +40,12 @@ def zoo_attributes(config: dict, case: str) -> list[str]:
     return [a for a in names if a in protected] or names
 
 
-def train_zoo(config: dict, results: Path, case: str, seed: int, round: int) -> None:
+def train_zoo(config: dict, results: Path, case: str, seed: int, round: int,
+              resume: Resume | None = None) -> None:
     """The model zoo of ``case`` at ``round``: ``attribute.zoo_size`` defender models per
     attribute a RecUP-FL setting protects on clean gradient features of D_train under the
-    undefended model of ``seed``."""
+    undefended model of ``seed``; with ``resume``, each trained model is kept there and a
+    killed job's rerun trains only the others."""
     spec = config["attribute"]
     names = zoo_attributes(config, case)
     if not names:
@@ -54,11 +57,18 @@ def train_zoo(config: dict, results: Path, case: str, seed: int, round: int) -> 
     model = model_at(job, samples, paths.checkpoint(results, case, plan.NONE, seed, round)
                      ).to(device)
     features = features_of(model, samples.x, samples.y, spec["feature_size"])
+    if resume is not None and (kept := resume.kept()):
+        print(f"zoo {case} seed {seed} round {round}: resuming with {len(kept)} trained "
+              f"models kept in {resume.folder}", file=sys.stderr)
     zoo = train_defender_zoo(features, {a: samples.attributes[a] for a in names},
                              {a: data.attribute_classes(job.data_dir)[a] for a in names},
                              size=spec["zoo_size"],
-                             epochs=spec["zoo_epochs"], lr=spec["zoo_lr"], seed=spec["seed"])
+                             epochs=spec["zoo_epochs"], lr=spec["zoo_lr"], seed=spec["seed"],
+                             kept=None if resume is None else
+                             lambda name, train: resume.piece(name, train, dict, dict))
     save_zoo(paths.zoo_file(results, case, seed, round), zoo)
+    if resume is not None:
+        resume.finish()
     print(f"zoo {case} seed {seed} round {round}: {spec['zoo_size']} models x {names}",
           file=sys.stderr)
 
@@ -105,4 +115,5 @@ PHASE = Phase(
     # as soon as its checkpoint is there: RecUP-FL's jobs, the longest, wait on it
     priority=lambda config, results, job: 2,
     kinds=KINDS,
+    resumable=True,
 )
