@@ -3,11 +3,13 @@ client's local steps, unrolled, and matches the weight change it uploads."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import lenet_victims
+from conftest import lenet_victims, stacked_and_looped
 
 from fedleak import attacks, metrics
 from fedleak.attacks import Observation
@@ -41,6 +43,28 @@ def test_the_unrolled_trial_is_the_client_s_upload(small_digits):
     assert all(torch.allclose(one[k], g, rtol=1e-3, atol=1e-5)  # theta - (theta - lr g): rounding
                for k, g in Update.of(model, x, y).items())
     assert not all(torch.allclose(client[k], one[k], rtol=1e-2) for k in client)
+
+
+@pytest.mark.parametrize("name, params", [
+    ("inverting_gradients", {"iterations": 6, "restarts": 2}),
+    ("dlg", {"iterations": 3}),
+])
+def test_fedavg_victims_stack_like_the_loop(small_digits, float64, name, params):
+    """Three victims' 5-step uploads under one model, their unrolled trials stacked (vmap
+    over the client's steps) or one problem at a time: the same reconstructions, within
+    float64 rounding accumulated over the steps."""
+    model = copy.deepcopy(small_digits[0][0]).double()  # the fixture's stays float32
+    observations = [Observation(model=model, gradient=local_update(
+        model, lambda _step, x=x, y=y: (x.double(), y), STEPS, LR), batch_size=1, labels=y,
+        local_steps=STEPS, local_lr=LR) for _, x, y in small_digits[:3]]
+    stacked, looped, difference = stacked_and_looped(name, {**params, "seed": 1}, observations)
+    problems = 3 * params.get("restarts", 1)
+    assert all(r.extra["vectorised_problems"] == problems for r in stacked)
+    assert difference <= 1e-6
+    for a, b in zip(stacked, looped, strict=True):
+        assert (a.restart, a.iterations, a.stop_reason) == (b.restart, b.iterations,
+                                                            b.stop_reason)
+        assert np.allclose(a.loss_trace, b.loss_trace, rtol=1e-6)
 
 
 def test_a_fedavg_observation_needs_its_learning_rate(small_digits):

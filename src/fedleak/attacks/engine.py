@@ -16,7 +16,9 @@ fires is frozen there) and L-BFGS problems keep their own optimiser, evaluated t
 (``lockstep.in_lockstep``). Victim v draws its restarts' starts in turn from a generator
 seeded ``attack.seed + v``, as the attack built with that seed does on it alone. A victim
 that is a sequence of uploads of its images (``gradient_sequence.ObservedSequence``, GIAS
-App. D) has a stage's loss summed over its uploads, each on its images.
+App. D) has a stage's loss summed over its uploads, each on its images. A FedAvg upload
+(``Observation.local_steps`` > 1) is matched by the trial's local steps, unrolled
+(``unrolled``), formed when stacked.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from fedleak.attacks.objectives import (
 )
 from fedleak.attacks.optimization import Objective, Trajectory, last_recorded, optimize
 from fedleak.attacks.stacked_gradients import StackedModel, forming_pays, unsupported
-from fedleak.attacks.unrolled import unrolled_update
+from fedleak.attacks.unrolled import stacked_unrolled_updates, unrolled_update
 from fedleak.types import Observation, Update
 
 ENGINES = ("auto", "stacked", "loop")
@@ -179,13 +181,14 @@ def transformed(transforms: Sequence[Transform], trials: Sequence[Update],
 def stacked_loss(model: nn.Module, labels: torch.Tensor | None,
                  targets: dict[str, torch.Tensor], *, distance: str,
                  regularizers: Mapping[str, float] | None = None,
-                 transforms: Sequence[Transform] | None = None, prior: Prior | None = None
-                 ) -> Loss:
+                 transforms: Sequence[Transform] | None = None, prior: Prior | None = None,
+                 local: tuple[int, float] | None = None) -> Loss:
     """``loss(images, latent=None, labels=labels)`` -> (P,): the stage loss of P = V x R
     problems (victim-major; ``targets``: name -> (V, *shape)) whose images (P, B, ...) run
     as one batch through ``model`` (:class:`StackedModel`; ``transforms[p]``, the
     transformation of problem p, forms the trial gradients), differentiable in the images
-    where grad mode is on."""
+    where grad mode is on; with ``local`` (K, lr) the trials are FedAvg uploads of K local
+    steps, formed (``unrolled.stacked_unrolled_updates``; no ``prior``)."""
     regularize, stacked = penalty(regularizers), StackedModel(model)
     measure, residual = DISTANCES[distance], distance in RESIDUAL_DISTANCES
     image_terms = vmap(lambda x: regularize(Candidate(x)))
@@ -193,12 +196,13 @@ def stacked_loss(model: nn.Module, labels: torch.Tensor | None,
 
     def loss(images: torch.Tensor, latent: torch.Tensor | None = None,
              labels: torch.Tensor | None = labels) -> torch.Tensor:
-        if transforms is None:
+        if transforms is None and local is None:
             products = stacked.products(images, labels, targets, residual)
         else:
-            trial = stacked.gradients(images, labels, create_graph=torch.is_grad_enabled())
-            parts = transformed(transforms, [Update({k: g[p] for k, g in trial.items()})
-                                             for p in range(len(images))], images)
+            trial = stacked.gradients(images, labels, create_graph=torch.is_grad_enabled()) \
+                if local is None else stacked_unrolled_updates(model, images, labels, *local)
+            parts = [Update({k: g[p] for k, g in trial.items()}) for p in range(len(images))]
+            parts = parts if transforms is None else transformed(transforms, parts, images)
             products = GradientProducts.formed(
                 {k: torch.stack([part[k] for part in parts]) for k in trial}, targets, residual)
         value = measure(products)
@@ -305,12 +309,11 @@ class Victims:
                     "regularizers": stage.regularizers if regularized else None,
                     "prior": stage.prior(chosen, restarts) if regularized and stage.prior
                     else None}
-        if self.stacked:  # one-step uploads only (``_mixed``)
-            return stacked_loss(self.model, labels, targets, transforms=transforms, **settings)
         first = chosen[0]  # a FedAvg upload: the client's steps unrolled in each trial
         local = (first.local_steps, first.local_lr) if first.local_steps > 1 else None
-        return looped_loss(self.model, labels, targets, transforms=transforms, local=local,
-                           **settings)
+        stacked = self.stacked and not (local and settings["prior"])  # no stacked BN prior
+        return (stacked_loss if stacked else looped_loss)(
+            self.model, labels, targets, transforms=transforms, local=local, **settings)
 
     def _cost_loss(self, stage: Stage, restarts: int, regularized: bool) -> Loss:
         """A cost stage's loss: victim v's ``stage.cost(obs)`` of its restarts' images (rows
@@ -552,9 +555,9 @@ class Attack:
 def stacks(attack: Attack, observations: Sequence[Observation]) -> bool:
     """Whether the observations' problems run stacked (the module docstring's rules)."""
     first = observations[0]
+    formed = attack.forms_gradients or first.local_steps > 1  # FedAvg: unrolled, formed
     return (len(observations) * attack.restarts > 1 and not unsupported(first.model)
-            and (not attack.forms_gradients or forming_pays(first.model))
-            and not _mixed(observations))
+            and (not formed or forming_pays(first.model)) and not _mixed(observations))
 
 
 def _mixed(observations: Sequence[Observation]) -> str | None:
@@ -572,10 +575,6 @@ def _mixed(observations: Sequence[Observation]) -> str | None:
             return (f"observation {v} is an upload of {obs.local_steps} local steps at lr "
                     f"{obs.local_lr}; expected {first.local_steps} at {first.local_lr} like "
                     f"observation 0")
-    if first.local_steps > 1:
-        return (f"the observations are FedAvg uploads of {first.local_steps} local steps, "
-                f"whose unrolled trials run one problem at a time; expected one-step uploads "
-                f"to stack")
     return mismatch(observations)
 
 
