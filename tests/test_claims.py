@@ -213,6 +213,12 @@ def test_verdicts_are_written_from_claims_files(tmp_path, capsys):
     assert text.startswith("# Verdicts") and "## EPAFL" in text
     assert '| a       | §1        | "it works"' in text and "0.4 [0.3, 0.6]" in text
     assert "changes from the paper's configuration: attack.victims.count=8." in text
+    assert "Reading these verdicts" not in text
+    (tmp_path / "claims.md").write_text("every attack stays near 9 dB here.\n")
+    assert cli.main(["verdicts", str(tmp_path / "claims.csv")]) == 0
+    noted = capsys.readouterr().out
+    assert noted == text.rstrip("\n") + ("\n\nReading these verdicts: every attack stays near "
+                                        "9 dB here.\n")
     (tmp_path / "bad.csv").write_text("claim,ours\na,1\n")
     assert cli.main(["verdicts", str(tmp_path / "bad.csv")]) == 2
     assert "bad.csv: columns ['claim', 'ours'], expected" in capsys.readouterr().err

@@ -15,13 +15,16 @@ from pathlib import Path
 import in_process
 import pandas as pd
 import pytest
+import torch
 from conftest import REPO
 from test_pipeline import ENV, copy_project, run
 
 from fedleak import config as cfg
-from fedleak.experiment import catalog, configuration, plan
+from fedleak.experiment import catalog, configuration, plan, priors
 from fedleak.experiment.phases.aggregate import undeclared_departures
+from fedleak.models.ported import architecture
 from fedleak.report.claims import CLAIM_COLUMNS
+from fedleak.utils.io import save_torch
 
 PAPERS = sorted((REPO / "config" / "paper").glob("*.yaml"))
 README = (REPO / "README.md").read_text()
@@ -53,6 +56,22 @@ def test_epafl_plans_only_dlg_and_idlg_without_gan_or_evaluation_network(tmp_pat
     assert "MNIST" in proc.stderr  # the missing dataset is named, the dry run goes on
 
 
+def planning_weights(root: Path, config: str) -> None:
+    """Each pretrained prior's weights file in its real format with the architecture's keys
+    and shapes, every tensor a broadcast view of one zero (a few kB; planning reads the keys
+    and shapes, no tensor data)."""
+    resolved = configuration.load(REPO / config)
+    for dataset in priors.pretrained_datasets(resolved):
+        gan = priors.spec(resolved, dataset)
+        build, arguments = architecture(gan)
+        with torch.device("meta"):
+            shapes = {k: v.shape for k, v in build(**arguments).state_dict().items()}
+        state = {k: torch.zeros(()).expand(shape) for k, shape in shapes.items()}
+        path = root / gan["weights"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_torch(path, {"g_ema": state} if gan["kind"] == "stylegan2" else state)
+
+
 @pytest.mark.slow
 def test_gias_full_mode_waits_for_its_stylegan2_files_and_plans_dcgans_only_when_asked(tmp_path):
     """`snakemake -n` on GIAS: without the StyleGAN2 weights it stops before any job naming
@@ -73,9 +92,7 @@ def test_gias_full_mode_waits_for_its_stylegan2_files_and_plans_dcgans_only_when
         "as {'g_ema': ...}); or run DCGANs trained here: --config 'gan={kind: dcgan}'"]
     assert not (root / "results").exists(), "a job could start"
 
-    (root / "priors").mkdir()
-    for name in ("stylegan2-imagenet64.pt", "stylegan2-ffhq-config-f.pt"):
-        (root / "priors" / name).write_bytes(b"")  # planning reads no weights
+    planning_weights(root, "config/paper/gias.yaml")
     proc = run(command, root)
     jobs = re.findall(r"^(?:local)?rule (\w+):", proc.stdout, flags=re.M)
     assert "train_evalnet" not in jobs and jobs.count("train_giml") == 1

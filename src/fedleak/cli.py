@@ -81,7 +81,9 @@ def _verdicts(args, config: dict | None) -> None:
             raise ValueError(f"{path}: columns {list(table.columns)}, expected "
                              f"{CLAIM_COLUMNS} (results/claims.csv of a run)")
         tables.append(table)
-    print(verdicts_text(tables), end="")
+    notes = [path.with_suffix(".md").read_text() if path.with_suffix(".md").is_file() else None
+             for path in args.claims]
+    print(verdicts_text(tables, notes), end="")
 
 
 def _verify(args, config: dict | None) -> None:
@@ -105,7 +107,8 @@ TOOLS = {
                 ["configs"]),
     "estimate": (_estimate, "estimated jobs, CPU-hours and GPU-hours of each target, from a "
                  "calibration on this machine (cached)", ["target_names", "format", "scale"]),
-    "verdicts": (_verdicts, "print docs/verdicts.md from runs' results/claims.csv files",
+    "verdicts": (_verdicts, "print docs/verdicts.md from runs' results/claims.csv files (and "
+                 "the notes in a .md beside each)",
                  ["claims"]),
     "verify": (_verify, "hash every output dvc.lock records again (after `dvc pull`) and name "
                "what differs", ["root"]),

@@ -124,15 +124,19 @@ def claims_section(claims: pd.DataFrame, heading: str = "## Does the paper's cla
               for c in conditions)]
 
 
-def verdicts_text(tables: list[pd.DataFrame]) -> str:
-    """docs/verdicts.md: per paper, its claims.csv as the report opens with it."""
+def verdicts_text(tables: list[pd.DataFrame], notes: list[str | None] | None = None) -> str:
+    """docs/verdicts.md: per paper, its claims.csv as the report opens with it, then the
+    run's notes (what its measurements say about reading the verdicts), where it has any."""
     sections = ["# Verdicts",
                 "Written by `fedleak verdicts` from the claims.csv of each run below (not by "
-                "hand), each run's scale and what it changes from the paper's configuration "
-                "under its table; the full configurations' departures from the papers are in "
-                "their files and reports."]
-    for table in tables:
+                "hand; a run's notes, where it has any, from the .md beside its .csv), each "
+                "run's scale and what it changes from the paper's configuration under its "
+                "table; the full configurations' departures from the papers are in their "
+                "files and reports."]
+    for table, note in zip(tables, notes or [None] * len(tables)):
         sections += claims_section(table, f"## {table['paper'].iloc[0]}", link="")
+        if note:
+            sections += [f"Reading these verdicts: {note.strip()}"]
     return "\n\n".join(sections) + "\n"
 
 
