@@ -76,18 +76,19 @@ def stacked_and_looped(name: str, params: dict, observations: list) -> tuple[lis
     return stacked, looped, difference
 
 
-def assert_like_the_loop(stacked: list, looped: list, difference: float, problems: int) -> None:
+def assert_like_the_loop(stacked: list, looped: list, difference: float, problems: int,
+                         tolerance: float = 1e-8) -> None:
     """``stacked`` ran ``problems`` problems at once and gave the loop's Reconstructions:
-    pixels within 1e-8, the same restarts, iterations and stop reasons, and loss traces
-    within 1e-8 (float64)."""
+    pixels within ``tolerance`` (1e-8: float64), the same restarts, iterations and stop
+    reasons, and loss traces within ``tolerance``."""
     import numpy as np
 
     assert all(r.extra["vectorised_problems"] == problems for r in stacked)
-    assert difference <= 1e-8
+    assert difference <= tolerance
     for a, b in zip(stacked, looped, strict=True):
         assert (a.restart, a.iterations, a.stop_reason) == (b.restart, b.iterations,
                                                             b.stop_reason)
-        assert np.allclose(a.loss_trace, b.loss_trace, rtol=1e-8)
+        assert np.allclose(a.loss_trace, b.loss_trace, rtol=tolerance)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import lenet_victims, stacked_and_looped
+from conftest import assert_like_the_loop, lenet_victims, stacked_and_looped
 
 from fedleak import attacks, metrics
 from fedleak.attacks import Observation
@@ -58,13 +58,8 @@ def test_fedavg_victims_stack_like_the_loop(small_digits, float64, name, params)
         model, lambda _step, x=x, y=y: (x.double(), y), STEPS, LR), batch_size=1, labels=y,
         local_steps=STEPS, local_lr=LR) for _, x, y in small_digits[:3]]
     stacked, looped, difference = stacked_and_looped(name, {**params, "seed": 1}, observations)
-    problems = 3 * params.get("restarts", 1)
-    assert all(r.extra["vectorised_problems"] == problems for r in stacked)
-    assert difference <= 1e-6
-    for a, b in zip(stacked, looped, strict=True):
-        assert (a.restart, a.iterations, a.stop_reason) == (b.restart, b.iterations,
-                                                            b.stop_reason)
-        assert np.allclose(a.loss_trace, b.loss_trace, rtol=1e-6)
+    assert_like_the_loop(stacked, looped, difference, 3 * params.get("restarts", 1),
+                         tolerance=1e-6)
 
 
 def test_a_fedavg_observation_needs_its_learning_rate(small_digits):
