@@ -122,7 +122,7 @@ def test_what_the_study_cannot_time_is_refused_before_any_timing(monkeypatch, ra
                                                                  study, message):
     raw = copy.deepcopy(raw)
     raw["defenses"]["recupfl_all"] = {"defense": "recupfl", "strengths": [0.01],
-                                      "params": {"attributes": None}}
+                                      "params": {"attributes": None, "models": 2}}
     cfg = smoke(raw, name, **study)
 
     def no_timing(*args, **kwargs):

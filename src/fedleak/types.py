@@ -37,10 +37,8 @@ class Update(dict):
     @classmethod
     def of(cls, model: nn.Module, x: torch.Tensor, target: torch.Tensor,
            create_graph: bool = False) -> Update:
-        """d CE(model(x), target) / d params, keyed like ``model.named_parameters()``.
-
-        ``target`` holds class indices (B,) or class probabilities (B, classes).
-        """
+        """d CE(model(x), target) / d params, keyed like ``model.named_parameters()``;
+        ``target``: class indices (B,) or class probabilities (B, classes)."""
         names, params = zip(*model.named_parameters())
         loss = F.cross_entropy(model(x), target)
         return cls(zip(names, torch.autograd.grad(loss, params, create_graph=create_graph)))
@@ -70,15 +68,12 @@ class Update(dict):
 
 class DefenseContext:
     """One client's view when it defends its upload: the model, its batch, a seeded RNG
-    and, when it is not the plain gradient of the batch (local steps), the update itself.
-    ``attributes`` maps each sensitive attribute of an attribute task (RecUP-FL) to the
-    batch's integer values, shape (B,); ``None`` for image tasks. ``client`` is the
-    client's index in the FL partition (None where an upload is made outside an FL run),
-    for a defense whose configuration differs per client (RecUP-FL §6.4: half the clients
-    protect race, half gender).
-
-    ``generator`` is accepted as the older name of ``rng``.
-    """
+    (``rng``, or its older name ``generator``) and, when it is not the plain gradient of the
+    batch (local steps), the update itself. ``attributes`` maps each sensitive attribute of
+    an attribute task (RecUP-FL) to the batch's integer values, shape (B,); ``None`` for
+    image tasks. ``client`` is the client's index in the FL partition (None outside an FL
+    run), for a defense configured per client (RecUP-FL §6.4: half protect race, half
+    gender)."""
 
     def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                  rng: torch.Generator | None = None, gradient: Mapping | None = None, *,
@@ -291,6 +286,10 @@ def artifact_parts(needed: str) -> tuple[str, str | None]:
 PAPER, ADAPTIVE, STRONGEST = "paper", "adaptive", "strongest"
 
 _SEPARATOR = "~"
+UNDEFENDED = "none"  # the undefended defense label: the reference of PMM
+# overrides of what a client uploads and when (local steps, batch, the attacked round)
+PROTOCOL_KEYS = ("fl.", "attack.protocol.")
+ATTACK_ONLY_KEYS = ("attack.", "attacks.")  # overrides that leave the FL run unchanged
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _KEY = re.compile(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)*")
 
@@ -427,6 +426,22 @@ class Setting:
         """This setting without the overrides whose key starts with one of ``prefixes``."""
         kept = tuple((k, v) for k, v in self.overrides if not k.startswith(prefixes))
         return Setting(self.defense, self.strength, kept)
+
+    @property
+    def reference(self) -> Setting:
+        """The undefended FL run under this setting's ``fl.`` overrides: PMM's reference."""
+        return Setting(UNDEFENDED, 0, tuple(o for o in self.overrides if o[0].startswith("fl.")))
+
+
+def label_without(label: str, prefixes: tuple[str, ...]) -> str:
+    """A setting label without its overrides whose key starts with one of ``prefixes``."""
+    head, *parts = label.split(_SEPARATOR)
+    return _SEPARATOR.join([head, *(p for p in parts if not p.startswith(prefixes))])
+
+
+def protocol_of(label: str) -> str:
+    """A setting label's protocol overrides (``fl.local_steps=5``; empty: as configured)."""
+    return _SEPARATOR.join(p for p in label.split(_SEPARATOR)[1:] if p.startswith(PROTOCOL_KEYS))
 
 
 def is_ablation(label: str) -> bool:

@@ -556,8 +556,11 @@ def stacks(attack: Attack, observations: Sequence[Observation]) -> bool:
     """Whether the observations' problems run stacked (the module docstring's rules)."""
     first = observations[0]
     formed = attack.forms_gradients or first.local_steps > 1  # FedAvg: unrolled, formed
+    # train-mode BatchNorm updates its running statistics, which vmap cannot do in place
+    training_bn = first.local_steps > 1 and first.model.training and batchnorm_layers(first.model)
     return (len(observations) * attack.restarts > 1 and not unsupported(first.model)
-            and (not formed or forming_pays(first.model)) and not _mixed(observations))
+            and (not formed or forming_pays(first.model)) and not training_bn
+            and not _mixed(observations))
 
 
 def _mixed(observations: Sequence[Observation]) -> str | None:

@@ -90,8 +90,8 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
         out = objective()
         loss, gradients = out if isinstance(out, tuple) else (
             out, torch.autograd.grad(out.sum(), variables))  # not into other leaves' .grad
-        for v, g in zip(variables, gradients):
-            v.grad = g.sign() if signed else g
+        for v, g in zip(variables, gradients):  # contiguous: L-BFGS views it flat
+            v.grad = (g.sign() if signed else g).contiguous()
         return loss.detach()
 
     trace: list[torch.Tensor] = []

@@ -129,12 +129,19 @@ class RecUPFL(Defense):
 
     @classmethod
     def check_config(cls, params: Mapping[str, Any], config: Mapping, where: str) -> None:
-        """``zoo_models`` at most the zoo the pipeline trains (``attribute.zoo_size``)."""
+        """``zoo_models`` and the Q models sampled per iteration (``models``) at most the zoo
+        the pipeline trains (``attribute.zoo_size``)."""
         zoo = config["attribute"]["zoo_size"]
         if (params.get("zoo_models") or 0) > zoo:
             raise ConfigError(f"invalid config: '{where}.zoo_models': {params['zoo_models']} "
                               f"models, but the zoo holds 'attribute.zoo_size' {zoo}; expected "
                               f"at most {zoo}", key=f"{where}.zoo_models")
+        held = min(zoo, params.get("zoo_models") or zoo)
+        sampled = 1 if params.get("variant") == "one_step" else params.get("models", 0)
+        if sampled > held:
+            raise ConfigError(f"invalid config: '{where}.models': RecUP-FL samples {sampled} "
+                              f"zoo models per iteration, but it uses {held} ('attribute."
+                              f"zoo_size' {zoo}); expected at most {held}", key=f"{where}.models")
 
     def __init__(self, *, zoo: ModelZoo, epsilon: float, iterations: int, models: int,
                  attributes: Sequence[str] | None, gamma: Sequence[float] | None,

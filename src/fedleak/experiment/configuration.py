@@ -1,11 +1,9 @@
 """The pipeline's configuration: the schema's checks and defaults (``fedleak.config``),
 then the rules between values that no schema states, each failing with one line naming the
-key, the value and what was expected, before any job: targets and their selections,
-sweeps, studies, the sizes of the datasets' splits against the victims, clients and GIML's
-observations they must hold, their labels against batches of different labels, seeds, the
-attacked round, ``gan:`` (``experiment.priors``) and each attack's and defense's own rules
-(their classes' ``check_config``; a swept value's: with its selection's cases).
-"""
+key, the value and what was expected, before any job: targets, sweeps, protocols, studies,
+the datasets' splits against the victims, clients and GIML's observations they must hold,
+labels against batches, seeds, the attacked round, ``gan:`` (``experiment.priors``) and each
+attack's and defense's own rules (``check_config``; a swept value's: with its cases)."""
 
 from __future__ import annotations
 
@@ -94,11 +92,11 @@ def validate(config: dict | None) -> dict:
             raise ConfigError(f"invalid config: 'attribute.defenses[{i}]': {label!r} is not a "
                               f"configured defense label (expected one of "
                               f"{sorted(config['defenses'])})")
-    missing = sorted(set(attacker["seeds"]) - set(config["fl"]["seeds"]))
-    if missing:
+    if missing := sorted(set(attacker["seeds"]) - set(config["fl"]["seeds"])):
         raise ConfigError(f"invalid config: 'attack.attacker.seeds' {missing} are not in "
                           f"'fl.seeds' "
                           f"{config['fl']['seeds']} (attacks observe the FL run of their seed)")
+    _validate_protocols(config)
     _validate_targets(config)
     _validate_claims(config)
     _validate_combinations(config)
@@ -181,6 +179,16 @@ def _check_sweep_value(config: dict, key: str, value: Any, where: str) -> None:
                         if k != "default"}, f"{where}[{key}]")
         if parts[0] == "attack" and (problem := victims.labels_problem(config, section)):
             raise ConfigError(f"invalid config: '{where}[{key}]': {problem}")
+
+
+def _validate_protocols(config: dict) -> None:
+    """Each protocol's values valid where they go; no protocols beside targets."""
+    if config["protocols"] and config["targets"]:
+        raise ConfigError("invalid config: 'protocols' with 'targets': a target sweeps the "
+                          "protocol in its selections; expected one of the two")
+    for name, overrides in config["protocols"].items():
+        for key, value in overrides.items():
+            _check_sweep_value(config, key, value, f"protocols.{name}")
 
 
 def _validate_study(config: dict, name: str, target: dict) -> set[str]:
@@ -341,8 +349,7 @@ def _validate_combinations(config: dict) -> None:
             raise ConfigError(f"invalid config: 'datasets.{name}.splits': every fraction is 0 "
                               f"({fractions}); expected some > 0")
     for key in ("fl.seeds", "attack.attacker.seeds"):
-        values = get_path(config, key)
-        if len(set(values)) != len(values):
+        if len(set(values := get_path(config, key))) != len(values):
             raise ConfigError(f"invalid config: '{key}': {values} repeats a seed; expected "
                               f"distinct seeds")
     for label, entry in config["defenses"].items():
@@ -397,8 +404,7 @@ def _validate_combinations(config: dict) -> None:
                           f"after the last FL round ('fl.rounds' {config['fl']['rounds']}); "
                           f"expected 0..{config['fl']['rounds']}")
     giml = config["giml"]
-    late = [s for s in giml["checkpoints"] if s > giml["outer_steps"]]
-    if late:
+    if late := [s for s in giml["checkpoints"] if s > giml["outer_steps"]]:
         raise ConfigError(f"invalid config: 'giml.checkpoints': step {late[0]} is after the last "
                           f"outer step ('giml.outer_steps' {giml['outer_steps']}); expected "
                           f"0..{giml['outer_steps']}")

@@ -263,14 +263,15 @@ def _unit_call(unit: str, device: torch.device) -> Callable[[], object]:
 
 def _lbfgs_attack(parts: list[str], batch: int, device: torch.device,
                   gen: torch.Generator) -> Callable[[], object]:
-    """iDLG on one victim of random images, ``LBFGS_ITERATIONS`` iterations."""
+    """iDLG on one victim of random images, ``LBFGS_ITERATIONS`` iterations (DLG, labels
+    optimised too, for a batch of several: iDLG reads one label)."""
     model, shape, classes = _model(parts, device)
     x = torch.rand((batch, *shape), generator=gen).to(device)
     y = torch.randint(classes, (batch,), generator=gen).to(device)
     context = defenses.DefenseContext(model=model, x=x, y=y, generator=gen)
     observed = Observation(model=model, gradient=defenses.build_at("none", 0.0)(context),
                            batch_size=batch)
-    attack = attacks.build("idlg", iterations=LBFGS_ITERATIONS)
+    attack = attacks.build("idlg" if batch == 1 else "dlg", iterations=LBFGS_ITERATIONS)
     return lambda: attack(observed)
 
 

@@ -29,13 +29,14 @@ def _keys(config: dict, point: plan.Point, seed: int) -> dict:
 
 
 def _fl_summary(config: dict, results: Path, case: str, setting: Setting, seed: int) -> dict:
-    """Final accuracy, test loss, PMM (against the undefended run, when it was run) and the
-    share of uploads that were the clean gradient."""
+    """Final accuracy, test loss, PMM (against the undefended run under the same FL
+    protocol, ``Setting.reference``, when it was run) and the share of uploads that were
+    the clean gradient."""
     path = paths.fl_metrics(results, case, plan.fl_setting(setting), seed)
     if not path.is_file():
         return {"accuracy": np.nan, "test_loss": np.nan, "pmm": np.nan, "fallback_rate": np.nan}
     run = fl_rows(path)
-    base = paths.fl_metrics(results, case, plan.NONE, seed)
+    base = paths.fl_metrics(results, case, setting.reference, seed)
     reference = fl_rows(base)["final_accuracy"] if base.is_file() else np.nan
     return {"accuracy": run["final_accuracy"], "test_loss": run["test_loss"],
             "fallback_rate": run["fallback_rate"],

@@ -19,10 +19,9 @@ from typing import Any
 
 from fedleak import config as cfg
 from fedleak import data
-from fedleak.types import Setting, frozen, number_text
+from fedleak.types import ATTACK_ONLY_KEYS, UNDEFENDED, Setting, frozen, number_text
 
-ATTACK_KEYS = ("attack.", "attacks.")  # overrides that leave the FL run unchanged
-NONE = Setting("none", 0)  # the undefended setting
+NONE = Setting(UNDEFENDED, 0)  # the undefended setting
 
 
 def case_name(case: dict) -> str:
@@ -155,8 +154,10 @@ def targets(config: dict) -> list[str]:
 
 def points(config: dict) -> list[Point]:
     """Every point the configuration plans, target by target (in the targets' order)."""
-    if not config["targets"]:
-        return [Point(None, "", case, Setting.of(label, strength), tuple(sorted(config["attacks"])))
+    if not config["targets"]:  # every case x defense point under each protocol
+        return [Point(None, "", case, normalize(config, Setting.of(label, strength, overrides)),
+                      tuple(sorted(config["attacks"])))
+                for overrides in (config["protocols"] or {"": {}}).values()
                 for case in case_names(config)
                 for label in sorted(config["defenses"])
                 for strength in config["defenses"][label]["strengths"]]
@@ -213,16 +214,17 @@ def settings(config: dict) -> list[Setting]:
 
 def fl_setting(setting: Setting) -> Setting:
     """The part of ``setting`` that the FL run depends on."""
-    return setting.without(ATTACK_KEYS)
+    return setting.without(ATTACK_ONLY_KEYS)
 
 
 def fl_settings(config: dict) -> list[tuple[str, Setting]]:
-    """Every (case, FL setting) the plan trains for its own points: each point's FL setting
-    and, with attribute jobs, each attribute case's undefended run (the model zoo learns
+    """Every (case, FL setting) the plan trains for its own points: each point's FL setting,
+    the undefended run under its protocol (``Setting.reference``: PMM's reference) and,
+    with attribute jobs, each attribute case's undefended run (the model zoo learns
     from its gradients). The FL runs an artifact learns from (GIML's generator: the
     case's undefended run) are planned by the phases that read them
     (``pipeline.walk``)."""
-    planned = {(case, fl_setting(s)) for case, s in jobs(config)}
+    planned = {(case, t) for case, s in jobs(config) for t in (fl_setting(s), s.reference)}
     if attribute_jobs(config):
         planned |= {(case, NONE) for case in attribute_cases(config)}
     return sorted(planned, key=lambda cs: (cs[0], cs[1].text))

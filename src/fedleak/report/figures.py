@@ -16,6 +16,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from fedleak.report.attribute import attribute_tradeoff  # noqa: E402
 from fedleak.report.matched_utility import heatmap as matched_heatmap  # noqa: E402
+from fedleak.report.protocol_ranking import figure as ranking_figure  # noqa: E402
 from fedleak.report.style import (  # noqa: E402
     case_text,
     finish,
@@ -234,6 +235,8 @@ def write_figures(tables: dict[str, pd.DataFrame], attack_files: list[Path], out
         makers["attribute_tradeoff"] = lambda: attribute_tradeoff(tables["attribute"])
     if not tables.get("matched_utility", pd.DataFrame()).empty:
         makers["matched_utility"] = lambda: matched_heatmap(tables["matched_utility"])
+    if not tables.get("protocol_ranking", pd.DataFrame()).empty:
+        makers["protocol_ranking"] = lambda: ranking_figure(tables["protocol_ranking"])
     names = list(makers) if names is None else names
     missing = sorted(set(names) - set(makers))
     if missing:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedleak.report import protocol_ranking
 from fedleak.report.claims import summary_line
 from fedleak.report.matched_utility import markdown_section
 from fedleak.report.targets import TargetResult
@@ -169,6 +170,8 @@ def write_report(tables: dict[str, pd.DataFrame], figures: list[Path],
                      "\n".join(_departure_line(d) for d in departures)]
     if "matched_utility" in tables:  # the one table people ask for first (issue 33)
         sections += markdown_section(tables["matched_utility"])
+    if "protocol_ranking" in tables:  # the protocols side by side (issue 48)
+        sections += protocol_ranking.markdown_section(tables["protocol_ranking"])
     for target in targets:
         sections += _target_section(target, report_path)
     if not targets:

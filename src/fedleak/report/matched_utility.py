@@ -72,10 +72,18 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from fedleak import config as cfg  # noqa: E402
 from fedleak.report.style import case_text, finish  # noqa: E402
-from fedleak.types import PAPER, STRONGEST, is_ablation  # noqa: E402
+from fedleak.types import (  # noqa: E402
+    PAPER,
+    PROTOCOL_KEYS,
+    STRONGEST,
+    UNDEFENDED,
+    is_ablation,
+    label_without,
+    protocol_of,
+)
 
 PMM_LEVELS = (90, 95, 99)
-GROUP_KEYS = ["case", "attack", "attacker"]
+GROUP_KEYS = ["case", "protocol", "attack", "attacker"]
 MATCHED_COLUMNS = [*GROUP_KEYS, "pmm", "defense", "psnr", "psnr_low", "psnr_high", "best",
                    "reached", "ssim", "strength_interval", "reached_by"]
 ANY_ATTACK = "any"  # the attack of the strongest attacker's rows
@@ -153,9 +161,10 @@ def matched_point(points: pd.DataFrame, target: float) -> dict:
 
 
 def _undefended(group: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
-    """The undefended run of a (case, attack, attacker) group, or the paper attacker's."""
-    own = group[group["defense"] == "none"]
-    return own if not own.empty else paper[paper["defense"] == "none"]
+    """The undefended run of a (case, protocol, attack, attacker) group, or the paper
+    attacker's."""
+    own = group[group["defense"] == UNDEFENDED]
+    return own if not own.empty else paper[paper["defense"] == UNDEFENDED]
 
 
 def _overlap(a, b) -> bool:
@@ -181,16 +190,18 @@ def mark_best(table: pd.DataFrame) -> pd.Series:
 
 def strongest(table: pd.DataFrame) -> pd.DataFrame:
     """The strongest attacker's rows of a matched-utility ``table`` (see the module
-    docstring): per (case, pmm, defense) of a case with several (attack, attacker) groups,
+    docstring): per (case, protocol, pmm, defense) with several (attack, attacker) groups,
     the reached row with the highest PSNR, ``reached_by`` naming it."""
     rows = []
-    for (case, level, label), group in table.groupby(["case", "pmm", "defense"], sort=True):
+    for (case, protocol, level, label), group in table.groupby(
+            ["case", "protocol", "pmm", "defense"], sort=True):
         if len(group[["attack", "attacker"]].drop_duplicates()) < 2:
             continue
         reached = group[group["reached"]]
         top = reached.loc[reached["psnr"].idxmax()] if not reached.empty else None
         rows.append({**(top.to_dict() if top is not None else {"reached": False}),
-                     "case": case, "attack": ANY_ATTACK, "attacker": STRONGEST, "pmm": level,
+                     "case": case, "protocol": protocol, "attack": ANY_ATTACK,
+                     "attacker": STRONGEST, "pmm": level,
                      "defense": label, "reached_by": None if top is None else
                      f"{top['attack']} ({top['attacker']})"})
     return pd.DataFrame.from_records(rows, columns=[c for c in MATCHED_COLUMNS if c != "best"])
@@ -198,19 +209,25 @@ def strongest(table: pd.DataFrame) -> pd.DataFrame:
 
 def matched_utility(tradeoff: pd.DataFrame, stronger: Mapping[str, str] | None = None,
                     levels: tuple[int, ...] = PMM_LEVELS) -> pd.DataFrame:
-    """One row per (case, attack, attacker, pmm level, defense label but ``none``): the
-    label's PSNR and SSIM at that PMM on its curve, whether it reaches it and whether it is
-    the best there (see the module docstring). ``stronger``: label -> ``higher``/``lower``
-    (default: the schema's direction of a label named after its defense)."""
+    """One row per (case, protocol, attack, attacker, pmm level, defense label but
+    ``none``): the label's PSNR and SSIM at that PMM on its curve, whether it reaches it and
+    whether it is the best there (see the module docstring). ``protocol``: the label's
+    ``fl.`` and ``attack.protocol.`` overrides (``protocols:``; empty: as configured), each
+    protocol's curves starting from its own undefended run. ``stronger``: label ->
+    ``higher``/``lower`` (default: the schema's direction of a label named after its
+    defense)."""
     table = with_attacker(tradeoff)
+    table = table.assign(protocol=table["defense"].map(protocol_of),
+                         defense=table["defense"].map(lambda d: label_without(d, PROTOCOL_KEYS)))
     table = table[~table["defense"].map(is_ablation).astype(bool)]
     rows = []
     for keys, group in table.groupby(GROUP_KEYS, sort=True):
-        case, attack, _ = keys
-        paper = table[(table["case"] == case) & (table["attack"] == attack)
-                      & (table["attacker"] == PAPER)]
+        case, protocol, attack, _ = keys
+        paper = table[(table["case"] == case) & (table["protocol"] == protocol)
+                      & (table["attack"] == attack) & (table["attacker"] == PAPER)]
         start = _undefended(group, paper)
-        for label, points in group[group["defense"] != "none"].groupby("defense", sort=True):
+        for label, points in group[group["defense"] != UNDEFENDED].groupby("defense",
+                                                                            sort=True):
             line = curve(start, points, _direction(label, stronger))
             rows += [{**dict(zip(GROUP_KEYS, keys)), "pmm": level, "defense": label,
                       **matched_point(line, level)} for level in levels]
@@ -238,6 +255,11 @@ def _group_title(attack: str, attacker: str) -> str:
         f"**{attack}**, {attacker} attacker"
 
 
+def protocol_text(protocol: str) -> str:
+    """A protocol's overrides as the report names it (``fl.local_steps=5``)."""
+    return protocol.replace("~", ", ") or "the configured protocol"
+
+
 def _cell(row) -> str:
     if not row.reached:
         return NEVER
@@ -253,6 +275,7 @@ def markdown_section(table: pd.DataFrame) -> list[str]:
     if table.empty:
         return []
     several = table["case"].nunique() > 1
+    protocols = table["protocol"].nunique() > 1
     lines = ["## Privacy at matched utility",
              "Mean PSNR (dB; lower is more private) of each attack's reconstructions under "
              "each defense at the same utility, PMM 90, 95 and 99 %: interpolated linearly on "
@@ -267,14 +290,15 @@ def markdown_section(table: pd.DataFrame) -> list[str]:
              "and SSIM. The strongest attacker (where there are several): each defense's "
              "highest PSNR over every attack and attacker, with the one that reached it."]
     groups = sorted(table.groupby(GROUP_KEYS, sort=False),
-                    key=lambda kv: (kv[0][0], *_group_order(kv[0][1], kv[0][2])))
-    for (case, attack, attacker), part in groups:
+                    key=lambda kv: (kv[0][0], kv[0][1], *_group_order(kv[0][2], kv[0][3])))
+    for (case, protocol, attack, attacker), part in groups:
         wide = part.assign(cell=[_cell(r) for r in part.itertuples()]).pivot(
             index="defense", columns="pmm", values="cell")
         wide = wide.reindex(sorted(wide.index, key=str)).reindex(
             columns=sorted(wide.columns))
         wide.columns = [f"PMM {p:g} %" for p in wide.columns]
-        title = _group_title(attack, attacker) + (f" ({case})" if several else "")
+        where = [case] * several + [protocol_text(protocol)] * protocols
+        title = _group_title(attack, attacker) + (f" ({', '.join(where)})" if where else "")
         lines += [title, wide.reset_index().to_markdown(index=False)]
     return lines
 
@@ -283,8 +307,9 @@ def heatmap(table: pd.DataFrame) -> Figure:
     """Rows: defense labels; columns: attack x attacker x PMM; cell: the interpolated mean
     PSNR, annotated; the best of each column outlined, those tied for it dashed,
     never-reached cells hatched grey.
-    One panel per case."""
-    cases = sorted(table["case"].unique(), key=str) or [""]
+    One panel per case and protocol."""
+    cases = sorted(table[["case", "protocol"]].drop_duplicates().itertuples(index=False),
+                   key=lambda cp: (str(cp[0]), cp[1])) or [("", "")]
     columns = _columns(table)
     defenses = sorted(table["defense"].unique(), key=str)
     finite = table["psnr"].dropna()
@@ -293,7 +318,8 @@ def heatmap(table: pd.DataFrame) -> Figure:
                              figsize=(0.42 * max(1, len(columns)) + 4.5,
                                       (0.32 * max(1, len(defenses)) + 2.4) * len(cases)))
     for ax, case in zip(axes[:, 0], cases, strict=True):
-        part = table[table["case"] == case].set_index(["defense", "attack", "attacker", "pmm"])
+        part = table[(table["case"] == case[0]) & (table["protocol"] == case[1])].set_index(
+            ["defense", "attack", "attacker", "pmm"])
         psnr = part["psnr"].unstack(["attack", "attacker", "pmm"]).reindex(
             index=defenses, columns=pd.MultiIndex.from_tuples(columns)).astype(float)
         best = part["best"].unstack(["attack", "attacker", "pmm"]).reindex(
@@ -328,7 +354,9 @@ def heatmap(table: pd.DataFrame) -> Figure:
         ax.tick_params(axis="x", labelsize="x-small", rotation=0)
         ax.tick_params(axis="y", labelsize="small", rotation=0)
         if len(cases) > 1:
-            ax.set_title(case, fontsize=9)
+            ax.set_title(", ".join(filter(None, [case[0], protocol_text(case[1])
+                                                 if table["protocol"].nunique() > 1 else ""])),
+                         fontsize=9)
     if table.empty:
         axes[0, 0].text(0.5, 0.5, "no defense curves", ha="center", va="center",
                         transform=axes[0, 0].transAxes)

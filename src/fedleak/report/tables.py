@@ -12,7 +12,8 @@ import pandas as pd
 from fedleak.metrics.utility import pmm
 from fedleak.report.intervals import interval
 from fedleak.report.matched_utility import matched_utility
-from fedleak.types import PAPER, is_ablation
+from fedleak.report.protocol_ranking import protocol_ranking
+from fedleak.types import ATTACK_ONLY_KEYS, PAPER, Setting, is_ablation, label_without
 from fedleak.utils.io import atomic_path
 
 FL_METRICS = ("accuracy", "pmm", "test_loss", "fallback_rate")  # one value per FL run
@@ -98,13 +99,17 @@ def fl_rows(path: Path) -> dict:
 
 
 def utility_table(fl_files: list[Path]) -> pd.DataFrame:
-    """One row per FL run, with PMM relative to the ``none`` run of the same case and seed."""
+    """One row per FL run, with PMM relative to the undefended run of the same case, seed
+    and FL protocol (``Setting.reference``: its ``fl.`` overrides; none where that run is
+    not among ``fl_files``)."""
     df = _frame([fl_rows(f) for f in fl_files],
                 [*(c for c in UTILITY_COLUMNS if c != "pmm"), "setting"],
                 ["case", "defense", "strength", "seed"])
-    base = df.loc[df["setting"] == "none-0", ["case", "seed", "final_accuracy"]]
-    df = df.merge(base.rename(columns={"final_accuracy": "base"}), on=["case", "seed"],
-                  how="left")
+    df["reference"] = [Setting.parse(s).reference.text for s in df["setting"]]
+    base = df.loc[df["setting"] == df["reference"], ["case", "seed", "reference",
+                                                     "final_accuracy"]]
+    df = df.merge(base.rename(columns={"final_accuracy": "base"}),
+                  on=["case", "seed", "reference"], how="left")
     df["pmm"] = pmm(df["final_accuracy"], df["base"])
     return df[UTILITY_COLUMNS]
 
@@ -174,7 +179,11 @@ def tradeoff_table(utility: pd.DataFrame, privacy: pd.DataFrame) -> pd.DataFrame
     fl = fl.agg(accuracy=("final_accuracy", "mean"), pmm=("pmm", "mean"),
                 pmm_low=("pmm", lambda v: interval(v)[0]),
                 pmm_high=("pmm", lambda v: interval(v)[1])).reset_index()
-    df = df.reset_index().merge(fl, on=["case", "defense", "strength"], how="left")
+    df = df.reset_index()
+    # the FL run of an attack setting: its label without the attack-only overrides
+    df["fl_defense"] = df["defense"].map(lambda label: label_without(label, ATTACK_ONLY_KEYS))
+    df = df.merge(fl.rename(columns={"defense": "fl_defense"}),
+                  on=["case", "fl_defense", "strength"], how="left")
     return df.reindex(columns=TRADEOFF_COLUMNS).reset_index(drop=True)
 
 
@@ -233,9 +242,10 @@ def write_tables(fl_files: list[Path], attack_files: list[Path], evalnet_files: 
     utility = utility_table(fl_files)
     privacy = privacy_table(attack_files)
     tradeoff = tradeoff_table(utility, privacy)
+    matched = matched_utility(tradeoff, stronger)
     tables = {"utility": utility, "privacy": privacy[PRIVACY_COLUMNS], "tradeoff": tradeoff,
               "timing": timing_table(privacy), "censor_table": censor_table(tradeoff, utility),
-              "matched_utility": matched_utility(tradeoff, stronger),
+              "matched_utility": matched, "protocol_ranking": protocol_ranking(matched),
               "evalnet_monotonicity": evalnet_table(evalnet_files)}
     names = list(tables) if names is None else names
     for name in names:

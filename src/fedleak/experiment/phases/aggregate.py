@@ -13,8 +13,9 @@ from fedleak.experiment.phase import Output, Phase
 from fedleak.types import artifact_parts
 
 GATHERS = ("fl_run", "attack", "train_evalnet", "attribute", "target")
+# each with its caption, workflow/report/<kind>.rst
 FIGURE_KINDS = ("pmm_vs_psnr", "tradeoff", "censor", "recon", "evalnet", "attribute",
-                "matched_utility")  # each with its caption, workflow/report/<kind>.rst
+                "matched_utility", "protocol_ranking")
 
 
 def tables(config: dict, jobs: pipeline.Jobs) -> list[str]:
@@ -24,6 +25,8 @@ def tables(config: dict, jobs: pipeline.Jobs) -> list[str]:
         names.append("censor_table")
         if set(config["defenses"]) - {plan.NONE.defense}:  # every defense at matched utility
             names.append("matched_utility")
+            if len(config["protocols"]) > 1:  # the protocols' rankings side by side
+                names.append("protocol_ranking")
     if jobs.get("train_evalnet"):
         names.append("evalnet_monotonicity")
     if plan.attribute_jobs(config):
@@ -42,6 +45,7 @@ def figures(config: dict, jobs: pipeline.Jobs) -> list[str]:
                if labels]
             + (["censor_tradeoff"] if "censor_table" in made else [])
             + (["matched_utility"] if "matched_utility" in made else [])
+            + (["protocol_ranking"] if "protocol_ranking" in made else [])
             + (["evalnet_monotonicity"] if "evalnet_monotonicity" in made else [])
             + (["attribute_tradeoff"] if "attribute" in made else []))
 

@@ -36,7 +36,7 @@ def target_files(config: dict, results: Path, name: str) -> list[Path]:
     files, planned = set(), set(plan.fl_settings(config))
     attributed = set(plan.attribute_jobs(config))
     for point in (p for p in plan.points(config) if p.target == name):
-        for setting in (plan.fl_setting(point.setting), plan.NONE):
+        for setting in (plan.fl_setting(point.setting), point.setting.reference):
             if (point.case, setting) in planned:
                 files |= {paths.fl_metrics(results, point.case, setting, seed)
                           for seed in config["fl"]["seeds"]}
