@@ -132,7 +132,8 @@ def test_one_protocol_makes_no_ranking_and_a_tie_keeps_the_best():
 
 def _smoke_line() -> str:
     lines = [line.strip().strip("`") for line in README.splitlines()
-             if line.startswith("snakemake") and "config/protocol.yaml" in line]
+             if line.startswith("snakemake") and "config/protocol.yaml" in line
+             and "scale=smoke" in line]
     assert len(lines) == 1, lines
     return lines[0]
 
