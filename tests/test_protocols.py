@@ -4,7 +4,6 @@ rankings side by side (`protocol_ranking.csv`); config/protocol.yaml's README sm
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from pathlib import Path
@@ -14,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import REPO
+from test_matched_utility import _json
 from test_pipeline import ENV, copy_project
 
 from fedleak.config import ConfigError, read
@@ -50,12 +50,6 @@ def test_a_protocol_beside_targets_or_with_a_path_that_is_no_protocol_is_refused
         configuration.validate({**raw, "protocols": {"fedavg": {"attacks.dlg.iterations": 5}}})
     with pytest.raises(ConfigError, match=r"fl\.local_steps.*minimum"):
         configuration.validate({**raw, "protocols": {"fedavg": {"fl.local_steps": 0}}})
-
-
-def _json(path: Path, record: dict) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record))
-    return path
 
 
 @pytest.fixture
