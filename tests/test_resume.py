@@ -82,8 +82,8 @@ def federated(digits, keep=None, resume_from=None) -> tuple[dict, list[dict]]:
     train, test = digits.subset(torch.arange(400)), digits.subset(torch.arange(400, 600))
     shards = data.partition(train.y.numpy(), "iid", 4, np.random.default_rng(0))
     settings = FLSettings(rounds=9, client_batch_size=8, local_steps=1, local_lr=0.1,
-                          server_optimizer="adam", server_lr=0.01, participation=0.5,
-                          eval_every=3)
+                          local_epochs=0, server_optimizer="adam", server_lr=0.01,
+                          participation=0.5, eval_every=3)
     history = run_federated(model, train, test, shards, defenses.build("dp_gaussian", sigma=0.01),
                             settings, seed=5, progress=False, keep=keep,
                             resume_from=resume_from)

@@ -37,9 +37,9 @@ def small_digits(digits):
 def test_the_unrolled_trial_is_the_client_s_upload(small_digits):
     model, x, y = small_digits[0]
     client = local_update(model, lambda _step: (x, y), STEPS, LR)
-    unrolled = unrolled_update(model, x, y, STEPS, LR)
+    unrolled = unrolled_update(model, x, y, [slice(None)] * STEPS, LR)
     assert all(torch.allclose(client[k], unrolled[k], rtol=1e-4, atol=1e-6) for k in client)
-    one = unrolled_update(model, x, y, 1, LR)
+    one = unrolled_update(model, x, y, [slice(None)], LR)
     assert all(torch.allclose(one[k], g, rtol=1e-3, atol=1e-5)  # theta - (theta - lr g): rounding
                for k, g in Update.of(model, x, y).items())
     assert not all(torch.allclose(client[k], one[k], rtol=1e-2) for k in client)
@@ -69,11 +69,14 @@ def test_a_fedavg_observation_needs_its_learning_rate(small_digits):
 
 
 def test_the_attack_knows_the_case_s_local_steps_unless_told_to_ignore_them():
-    fl = {"local_steps": 5, "local_lr": 0.1}
-    knows = {"attacker": {"unrolled": True}}
-    assert local_protocol(fl, knows) == {"local_steps": 5, "local_lr": 0.1}
-    assert local_protocol(fl, {"attacker": {"unrolled": False}}) == {}
+    fl = {"local_steps": 5, "local_lr": 0.1, "local_epochs": 0, "client_batch_size": 32}
+    knows = {"attacker": {"unrolled": True}, "protocol": {"batch_size": 4}}
+    assert local_protocol(fl, knows) == {"local_steps": 5, "local_lr": 0.1, "local_batches": 1}
+    assert local_protocol(fl, {**knows, "attacker": {"unrolled": False}}) == {}
     assert local_protocol({**fl, "local_steps": 1}, knows) == {}
+    epochs = {**fl, "local_steps": 1, "local_epochs": 3, "client_batch_size": 2}
+    assert local_protocol(epochs, knows) == {"local_steps": 6, "local_lr": 0.1,
+                                             "local_batches": 2}
 
 
 @pytest.mark.slow
@@ -124,7 +127,7 @@ def test_a_train_mode_batchnorm_model_s_fedavg_upload_is_unrolled_one_problem_at
                                 torch.nn.Linear(4 * 14 * 14, 10)).train()
     x, y = torch.rand(2, 2, 1, 16, 16), torch.tensor([[1, 2], [3, 4]])
     client = local_update(model, lambda _step: (x[0], y[0]), 3, LR)
-    unrolled = unrolled_update(model, x[0], y[0], 3, LR)
+    unrolled = unrolled_update(model, x[0], y[0], [slice(None)] * 3, LR)
     assert all(torch.allclose(client[k], unrolled[k], rtol=1e-4, atol=1e-6) for k in client)
     before = {k: b.clone() for k, b in model.named_buffers()}
     observations = [Observation(model=model, gradient=local_update(

@@ -4,8 +4,7 @@
 - :class:`DefenseContext`: one client's view when it defends its upload.
 - :class:`Observation`: what the attacker sees of one upload.
 - :class:`Setting`: one point of a configuration's sweep, with one canonical text.
-- :class:`Need`: an artifact (trained network, generator, public data) that a defense
-  or attack takes as a constructor argument; the experiment layer resolves it.
+- :class:`Need`: an artifact (network, generator, public data) a defense or attack takes.
 """
 
 from __future__ import annotations
@@ -25,10 +24,8 @@ from torch import nn
 
 class Update(dict):
     """One client's upload: a dict parameter name -> tensor shaped like that parameter.
-
-    ``info`` carries what a defense reports about the upload (e.g. that it fell back to
-    the clean gradient); it travels with :meth:`map`.
-    """
+    ``info`` carries what a defense reports (e.g. a fallback to the clean gradient); it
+    travels with :meth:`map`."""
 
     def __init__(self, tensors: Mapping[str, torch.Tensor] = (), **info: Any) -> None:
         super().__init__(tensors)
@@ -124,10 +121,12 @@ class Observation:
     input_shape: tuple[int, int, int] | None = None
     # BN_exact (GradInversion): the client's batch (mean, var) per BatchNorm layer, model order
     bn_statistics: list[tuple[torch.Tensor, torch.Tensor]] | None = None
-    # FedAvg: the upload is (theta_0 - theta_K) / local_lr after K local SGD steps on the
-    # batch, as the server knows them (1: FedSGD, one gradient)
+    # FedAvg: the upload is (theta_0 - theta_K) / local_lr after K local SGD steps, as the
+    # server knows them (1: FedSGD, one gradient): each on the batch, or with M
+    # ``local_batches`` K / M epochs over it in M mini-batches (``fl.local_epochs``)
     local_steps: int = 1
     local_lr: float | None = None
+    local_batches: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, nn.Module):
@@ -166,12 +165,13 @@ class Observation:
                              f"input_shape={tuple(own)} or leave it out")
         if self.labels is not None:
             self._check_labels()
-        if isinstance(self.local_steps, bool) or not isinstance(self.local_steps, int) \
-                or self.local_steps < 1 or (self.local_steps > 1 and not (
-                    isinstance(self.local_lr, (int, float)) and self.local_lr > 0)):
-            raise ValueError(f"Observation local_steps must be an integer >= 1, with "
-                             f"local_lr > 0 when it is more than 1; got {self.local_steps!r} "
-                             f"and {self.local_lr!r}")
+        steps, batches, lr = self.local_steps, self.local_batches, self.local_lr
+        if not all(type(v) is int and v >= 1 for v in (steps, batches)) or steps % batches \
+                or self.batch_size % batches or (steps > 1 and not (
+                    isinstance(lr, (int, float)) and lr > 0)):
+            raise ValueError(f"Observation local_steps and local_batches must be integers >= 1, "
+                             f"local_batches dividing local_steps and batch_size, local_lr > 0 "
+                             f"with more than one step; got {steps!r}, {batches!r}, {lr!r}")
 
     def _check_labels(self) -> None:
         if not isinstance(self.labels, torch.Tensor) or self.labels.is_floating_point() \

@@ -18,7 +18,8 @@ seeded ``attack.seed + v``, as the attack built with that seed does on it alone.
 that is a sequence of uploads of its images (``gradient_sequence.ObservedSequence``, GIAS
 App. D) has a stage's loss summed over its uploads, each on its images. A FedAvg upload
 (``Observation.local_steps`` > 1) is matched by the trial's local steps, unrolled
-(``unrolled``), formed when stacked.
+(``unrolled``), formed when stacked; one of several epochs attacked through per-epoch
+copies (``epoch_copies.EpochCopies``) adds their prior and is merged at the end.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from tqdm import tqdm
 from fedleak.attacks.base import Reconstruction
 from fedleak.attacks.bn_statistics import BNRecorder, batchnorm_layers, preserved_buffers
 from fedleak.attacks.early_stopping import Stopper, copies
+from fedleak.attacks.epoch_copies import EpochCopies, merged, order_invariant_prior
 from fedleak.attacks.gradient_sequence import ObservedSequence, mismatch, models
 from fedleak.attacks.label_inference import infer_labels
 from fedleak.attacks.lockstep import in_lockstep
@@ -52,7 +54,7 @@ from fedleak.attacks.objectives import (
 )
 from fedleak.attacks.optimization import Objective, Trajectory, last_recorded, optimize
 from fedleak.attacks.stacked_gradients import StackedModel, forming_pays, unsupported
-from fedleak.attacks.unrolled import stacked_unrolled_updates, unrolled_update
+from fedleak.attacks.unrolled import stacked_unrolled_updates, step_rows, unrolled_update
 from fedleak.types import Observation, Update
 
 ENGINES = ("auto", "stacked", "loop")
@@ -182,13 +184,13 @@ def stacked_loss(model: nn.Module, labels: torch.Tensor | None,
                  targets: dict[str, torch.Tensor], *, distance: str,
                  regularizers: Mapping[str, float] | None = None,
                  transforms: Sequence[Transform] | None = None, prior: Prior | None = None,
-                 local: tuple[int, float] | None = None) -> Loss:
+                 local: tuple[list[slice], float] | None = None) -> Loss:
     """``loss(images, latent=None, labels=labels)`` -> (P,): the stage loss of P = V x R
     problems (victim-major; ``targets``: name -> (V, *shape)) whose images (P, B, ...) run
     as one batch through ``model`` (:class:`StackedModel`; ``transforms[p]``, the
     transformation of problem p, forms the trial gradients), differentiable in the images
-    where grad mode is on; with ``local`` (K, lr) the trials are FedAvg uploads of K local
-    steps, formed (``unrolled.stacked_unrolled_updates``; no ``prior``)."""
+    where grad mode is on; with ``local`` (each step's rows, lr) the trials are FedAvg
+    uploads, formed (``unrolled.stacked_unrolled_updates``; no ``prior``)."""
     regularize, stacked = penalty(regularizers), StackedModel(model)
     measure, residual = DISTANCES[distance], distance in RESIDUAL_DISTANCES
     image_terms = vmap(lambda x: regularize(Candidate(x)))
@@ -220,10 +222,10 @@ def looped_loss(model: nn.Module, labels: torch.Tensor | None,
                 targets: dict[str, torch.Tensor], *, distance: str,
                 regularizers: Mapping[str, float] | None = None,
                 transforms: Sequence[Transform] | None = None, prior: Prior | None = None,
-                local: tuple[int, float] | None = None) -> Loss:
+                local: tuple[list[slice], float] | None = None) -> Loss:
     """:func:`stacked_loss` one problem at a time, each trial gradient by autograd on
     ``model`` itself (``transforms[p]`` the transformation of problem p when given); with
-    ``local`` (K, lr), each trial is the FedAvg upload of K local steps
+    ``local`` (each step's rows, lr), each trial is the FedAvg upload
     (``unrolled.unrolled_update``)."""
     measure, regularize = DISTANCES[distance], penalty(regularizers)
     residual, norms = distance in RESIDUAL_DISTANCES, batchnorm_layers(model)
@@ -310,10 +312,16 @@ class Victims:
                     "prior": stage.prior(chosen, restarts) if regularized and stage.prior
                     else None}
         first = chosen[0]  # a FedAvg upload: the client's steps unrolled in each trial
-        local = (first.local_steps, first.local_lr) if first.local_steps > 1 else None
+        copied = isinstance(first, EpochCopies)
+        local = (step_rows(first.local_steps, first.local_batches, first.batch_size, copied),
+                 first.local_lr) if first.local_steps > 1 else None
         stacked = self.stacked and not (local and settings["prior"])  # no stacked BN prior
-        return (stacked_loss if stacked else looped_loss)(
+        loss = (stacked_loss if stacked else looped_loss)(
             self.model, labels, targets, transforms=transforms, local=local, **settings)
+        if not (copied and regularized and first.prior_weight):
+            return loss
+        return lambda images, *rest, **labels: loss(images, *rest, **labels) + \
+            first.prior_weight * order_invariant_prior(images, first.epochs)
 
     def _cost_loss(self, stage: Stage, restarts: int, regularized: bool) -> Loss:
         """A cost stage's loss: victim v's ``stage.cost(obs)`` of its restarts' images (rows
@@ -629,5 +637,6 @@ def reconstruct_all(attack: Attack, observations: list[Observation],
                 return recs
             out += run() if kept is None else kept(begin, run)
             bar.update(len(part))
-    return out
+    return [merged(rec, obs.epochs) if isinstance(obs, EpochCopies) else rec
+            for rec, obs in zip(out, observations)]
 

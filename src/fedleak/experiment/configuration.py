@@ -394,7 +394,7 @@ def _validate_combinations(config: dict) -> None:
                               f"victims x batch_size {size}, every {stride}th image, need "
                               f"{needed} images, but the {split} split of {case['dataset']!r} "
                               f"holds at most {room}; expected a smaller stride or fewer victims")
-    if problem := (victims.sequence_problem(config["attack"])
+    if problem := (victims.sequence_problem(config["attack"]) or victims.epochs_problem(config)
                    or victims.labels_problem(config, config["attack"])):
         raise ConfigError(f"invalid config: {problem}")
     protocol = config["attack"]["protocol"]

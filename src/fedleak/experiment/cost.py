@@ -67,10 +67,15 @@ def defense_spec(encoded: str) -> dict:
     return json.loads(base64.urlsafe_b64decode(encoded))
 
 
-def fl_steps(config: dict, clients: int) -> int:
-    """Local steps of one FL run: rounds x clients per round x local steps."""
+def fl_steps(config: dict, clients: int, train: int | None) -> int:
+    """Local steps of one FL run: rounds x clients per round x local steps, or with
+    ``fl.local_epochs`` x epochs x mini-batches of a shard of ``train`` / clients images
+    (unknown ``train``: one mini-batch)."""
     fl = config["fl"]
-    return uploads(config, clients) * fl["local_steps"]
+    if not fl["local_epochs"]:
+        return uploads(config, clients) * fl["local_steps"]
+    shard = max(1, (train or 0) // clients)
+    return uploads(config, clients) * fl["local_epochs"] * -(-shard // fl["client_batch_size"])
 
 
 def shape(config: dict, results: Path, dataset: str) -> tuple[tuple[int, int, int], int]:

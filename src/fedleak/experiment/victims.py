@@ -17,10 +17,11 @@ from torch import nn
 
 from fedleak import data, defenses
 from fedleak.attacks.bn_statistics import batch_statistics
+from fedleak.attacks.epoch_copies import EpochCopies
 from fedleak.attacks.gradient_sequence import ObservedSequence
 from fedleak.data import victims as victim_images
 from fedleak.experiment.job import Job, build_model
-from fedleak.fl import client_update, local_update
+from fedleak.fl import batch_schedule, client_update, local_update, rows_of
 from fedleak.fl.mixed import two_client_rounds
 from fedleak.types import Observation
 from fedleak.utils.seeding import derived_seed
@@ -62,8 +63,10 @@ def observations(job: Job, model: torch.nn.Module, train: data.ImageData,
                  defense: defenses.Defense, seeds: dict) -> tuple[list, list]:
     """The observations (defended uploads) of ``attack.victims.count`` client batches, and the
     truths. Each victim's upload is made as FL clients make theirs (``fl.local_steps``
-    SGD steps on its batch, then the defense), which the attacks match by unrolling those
-    steps (:func:`local_protocol`). With
+    SGD steps on its batch, or ``fl.local_epochs`` over it, then the defense), which the
+    attacks match by unrolling those steps (:func:`local_protocol`; over several epochs'
+    mini-batches through a copy of the images per epoch, ``attack.attacker.epoch_copies``).
+    With
     ``attack.protocol.mixed`` each victim's model is its own: the round-0 model after
     ``attack.protocol.round`` rounds of the victim and another client (CENSOR Fig. 2)."""
     spec, fl = job.resolved["attack"], job.resolved["fl"]
@@ -81,25 +84,57 @@ def observations(job: Job, model: torch.nn.Module, train: data.ImageData,
             if source.attributes else (x, y)
         attacked = (mixed_model(job, model, train, batch, taken, defense, seeds, v)
                     if spec["protocol"]["mixed"]["batch_size"] else model)
-        upload = client_update(attacked, lambda _step, b=batch: b, fl["local_steps"],
-                               fl["local_lr"], defense,
+        steps = batch_schedule(len(idx), fl["local_steps"], fl["local_epochs"],
+                               fl["client_batch_size"],
+                               np.random.default_rng(derived_seed(seeds["victims"], 3, v)))
+        upload = client_update(attacked, lambda k, b=batch, s=steps: rows_of(b, s[k]),
+                               len(steps), fl["local_lr"], defense,
                                torch.Generator().manual_seed(seeds["defense"] + v))
-        observed.append(Observation(
+        obs = Observation(
             model=attacked, gradient=upload, batch_size=len(idx),
             labels=y if spec["attacker"]["known_labels"] else None,
             bn_statistics=batch_statistics(attacked, x) or None,  # BN_exact: the client's
-            **local_protocol(fl, spec)))
+            **local_protocol(fl, spec))
+        copied = spec["attacker"]["epoch_copies"] and obs.local_batches > 1
+        observed.append(EpochCopies.of(obs, spec["attacker"]["epoch_prior"]) if copied else obs)
         truths.append((idx, x.cpu(), y.cpu()))
     return observed, truths
 
 
 def local_protocol(fl: Mapping, attack: Mapping) -> dict:
-    """The client's local steps and learning rate as the attack knows them: FedAvg's
-    ``fl.local_steps`` at ``fl.local_lr``, unrolled in each trial
-    (``attack.attacker.unrolled``); else one step, the single-gradient objective."""
-    if fl["local_steps"] == 1 or not attack["attacker"]["unrolled"]:
+    """The client's local steps, learning rate and mini-batches per epoch as the attack
+    knows them: FedAvg's ``fl.local_steps`` at ``fl.local_lr``, or ``fl.local_epochs`` over
+    the batch of ``attack.protocol.batch_size`` in mini-batches of ``fl.client_batch_size``,
+    unrolled in each trial (``attack.attacker.unrolled``); else one step, the
+    single-gradient objective."""
+    size = attack["protocol"]["batch_size"]
+    batches = size // min(fl["client_batch_size"], size) if fl["local_epochs"] else 1
+    steps = fl["local_epochs"] * batches or fl["local_steps"]
+    if steps == 1 or not attack["attacker"]["unrolled"]:
         return {}
-    return {"local_steps": fl["local_steps"], "local_lr": fl["local_lr"]}
+    return {"local_steps": steps, "local_lr": fl["local_lr"], "local_batches": batches}
+
+
+def epochs_problem(config: Mapping) -> str | None:
+    """Why ``fl.local_epochs`` cannot run with the configuration, naming the keys; None when
+    it can or is off."""
+    fl, protocol = config["fl"], config["attack"]["protocol"]
+    epochs, size = fl["local_epochs"], protocol["batch_size"]
+    if not epochs:
+        return None
+    if fl["local_steps"] != 1:
+        return (f"'fl.local_epochs' {epochs} counts the client's steps itself; expected "
+                f"'fl.local_steps' 1, got {fl['local_steps']}")
+    if size % min(fl["client_batch_size"], size):
+        return (f"'fl.local_epochs' {epochs}: a victim's {size} images "
+                f"('attack.protocol.batch_size') in mini-batches of 'fl.client_batch_size' "
+                f"{fl['client_batch_size']}; expected a batch size it divides")
+    for key, on in (("attack.protocol.mixed.batch_size", protocol["mixed"]["batch_size"]),
+                    ("attack.protocol.sequence.steps", protocol["sequence"]["steps"])):
+        if on:
+            return (f"'fl.local_epochs' {epochs} with '{key}' {on!r}: its uploads take "
+                    f"'fl.local_steps' only; expected one of the two")
+    return None
 
 
 def sequence_observations(job: Job, model: torch.nn.Module, train: data.ImageData,

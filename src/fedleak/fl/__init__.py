@@ -1,6 +1,14 @@
 """Federated-learning simulation: client updates, FedAvg server, rounds and evaluation."""
 
-from fedleak.fl.client import client_context, client_update, local_update
+from fedleak.fl.client import (
+    batch_schedule,
+    client_context,
+    client_update,
+    epoch_schedule,
+    local_update,
+    rows_of,
+)
 from fedleak.fl.server import FLSettings, run_federated
 
-__all__ = ["FLSettings", "client_context", "client_update", "local_update", "run_federated"]
+__all__ = ["FLSettings", "batch_schedule", "client_context", "client_update", "epoch_schedule",
+           "local_update", "rows_of", "run_federated"]

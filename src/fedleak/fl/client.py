@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -28,6 +29,36 @@ def local_update(model: nn.Module, batches: Callable[[int], Batch], steps: int,
         opt.step()
     return Update({n: (p0.detach() - p1.detach()) / lr
                    for (n, p0), p1 in zip(model.named_parameters(), local.parameters())})
+
+
+def epoch_schedule(size: int, batch_size: int, epochs: int, rng: np.random.Generator
+                   ) -> list[np.ndarray]:
+    """A client's local steps over its ``size`` samples for ``fl.local_epochs`` (Dimitrov et
+    al., "Data Leakage in Federated Averaging", TMLR 2022, §2; McMahan et al., Alg. 1):
+    ``epochs`` passes, each in a fresh random order, in mini-batches of ``batch_size`` (the
+    last of a pass smaller when it does not divide ``size``); one index array per step."""
+    steps = []
+    for _ in range(epochs):
+        order = rng.permutation(size)
+        steps += [np.sort(order[i:i + batch_size]) for i in range(0, size, batch_size)]
+    return steps
+
+
+def batch_schedule(size: int, steps: int, epochs: int, batch_size: int,
+                   rng: np.random.Generator) -> list:
+    """The rows of a client's batch of ``size`` samples each of its local steps trains on:
+    all of them at each of ``steps`` steps, or with ``epochs`` (``fl.local_epochs``) the
+    mini-batches of :func:`epoch_schedule` (of ``batch_size``, at most ``size``)."""
+    if not epochs:
+        return [slice(None)] * steps
+    return [torch.from_numpy(rows) for rows in
+            epoch_schedule(size, min(batch_size, size), epochs, rng)]
+
+
+def rows_of(batch: Batch, rows: slice | torch.Tensor) -> Batch:
+    """A client batch (x, y[, attributes]) at ``rows``."""
+    return tuple(part[rows] if isinstance(part, torch.Tensor)
+                 else {a: values[rows] for a, values in part.items()} for part in batch)
 
 
 def client_context(model: nn.Module, batches: Callable[[int], Batch], local_steps: int,

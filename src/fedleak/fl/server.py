@@ -2,7 +2,9 @@
 
 Each round a fraction of the K clients is sampled; each draws a batch of its own
 data, computes its update (the gradient when ``local_steps`` is 1, FedSGD; else
-the pseudo-gradient (theta - theta_local) / local_lr after local SGD steps),
+the pseudo-gradient (theta - theta_local) / local_lr after local SGD steps, each on a
+batch drawn afresh, or with ``local_epochs`` after that many passes over its shard,
+``fl.client.epoch_schedule``),
 passes it through the defense and uploads it. The server averages the uploads
 and applies them with its optimiser: SGD, or Adam (FedAdam, Reddi et al., ICLR
 2021), which trains the Sigmoid LeNet of DLG reliably from its U(-0.5, 0.5) init.
@@ -20,7 +22,7 @@ from torch import nn
 from tqdm import tqdm
 
 from fedleak.data.image_data import ImageData
-from fedleak.fl.client import Defense, client_update
+from fedleak.fl.client import Defense, client_update, epoch_schedule
 from fedleak.metrics.utility import evaluate
 
 
@@ -32,6 +34,7 @@ class FLSettings:
     client_batch_size: int
     local_steps: int
     local_lr: float
+    local_epochs: int
     server_optimizer: str
     server_lr: float
     participation: float
@@ -103,16 +106,21 @@ def run_federated(model: nn.Module, train: ImageData, test: ImageData,
         uploads = []
         for client in sorted(rng.choice(len(partition), per_round, replace=False)):
             shard = partition[client]
+            size = min(settings.client_batch_size, len(shard))
+            schedule = (epoch_schedule(len(shard), size, settings.local_epochs, rng)
+                        if settings.local_epochs else None)
 
-            def batch(_step: int, shard=shard) -> tuple:
-                size = min(settings.client_batch_size, len(shard))
-                idx = torch.from_numpy(rng.choice(shard, size, replace=False)).to(train.x.device)
+            def batch(step: int, shard=shard, size=size, schedule=schedule) -> tuple:
+                chosen = (rng.choice(shard, size, replace=False) if schedule is None
+                          else shard[schedule[step]])
+                idx = torch.from_numpy(chosen).to(train.x.device)
                 if train.attributes:
                     return train.x[idx], train.y[idx], {k: v[idx] for k, v in
                                                         train.attributes.items()}
                 return train.x[idx], train.y[idx]
 
-            uploads.append(client_update(model, batch, settings.local_steps, settings.local_lr,
+            steps = settings.local_steps if schedule is None else len(schedule)
+            uploads.append(client_update(model, batch, steps, settings.local_lr,
                                          defense, noise, int(client)))
             counts["uploads"] += 1
             counts["fallbacks"] += int(getattr(uploads[-1], "info", {}).get("fallback", False))

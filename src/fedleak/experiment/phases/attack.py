@@ -297,11 +297,13 @@ def _params(config: dict, job: dict) -> dict:
 
 def _work(config: dict, results: Path, job: dict) -> dict[str, int]:
     """Its attacks' iterations (``attack_work``), each one ``match`` or ``lbfgs`` unit of the
-    case's model at the victims' batch, per local step a trial unrolls (FedAvg)."""
+    case's model at the victims' batch, per local step a trial unrolls (FedAvg; per epoch of
+    ``fl.local_epochs``, whose mini-batches together are the batch)."""
     resolved = plan.resolve(config, job["setting"])
     labels = plan.jobs(config).get((job["case"], job["setting"]), ())
     deterministic = defenses.registered(plan.defense_of(config, job["setting"])[0]).deterministic
-    steps = victims.local_protocol(resolved["fl"], resolved["attack"]).get("local_steps", 1)
+    local = victims.local_protocol(resolved["fl"], resolved["attack"])
+    steps = local.get("local_steps", 1) // local.get("local_batches", 1)  # one batch an epoch
     return {cost.model_unit(config, results, job["case"],
                             "lbfgs" if optimizer == "lbfgs" else "match",
                             resolved["attack"]["protocol"]["batch_size"]): iterations * steps

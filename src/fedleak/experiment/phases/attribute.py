@@ -41,7 +41,7 @@ from fedleak.experiment.attribute_samples import (
 )
 from fedleak.experiment.job import Job, model_at
 from fedleak.experiment.phase import Output, Phase, by_model
-from fedleak.fl import client_context
+from fedleak.fl import batch_schedule, client_context, rows_of
 from fedleak.types import ADAPTIVE, PAPER, Setting, Update
 from fedleak.utils.io import REMEDY, ArtifactError, load_torch, read_json, write_json
 
@@ -79,10 +79,13 @@ def _uploads(job: Job, model: torch.nn.Module, samples: data.ImageData, round_: 
             parts = [samples.subset(torch.arange(g * size, (g + 1) * size))
                      for g in range(first, min(first + UPLOADS_TOGETHER, groups))]
             start = time.perf_counter()
+            steps = [batch_schedule(size, fl["local_steps"], fl["local_epochs"],
+                                    fl["client_batch_size"], np.random.default_rng(seed + g))
+                     for g in range(first, first + len(parts))]
             uploads = defense.many([client_context(
-                model, lambda _step, b=(part.x, part.y, part.attributes): b,
-                fl["local_steps"], fl["local_lr"], torch.Generator().manual_seed(seed + g))
-                for g, part in enumerate(parts, first)])
+                model, lambda k, b=(part.x, part.y, part.attributes), s=rows: rows_of(b, s[k]),
+                len(rows), fl["local_lr"], torch.Generator().manual_seed(seed + g))
+                for (g, part), rows in zip(enumerate(parts, first), steps)])
             seconds += [(time.perf_counter() - start) / len(parts)] * len(parts)
             for part, upload in zip(parts, uploads):
                 features.append(gradient_features(Update(upload).detached(),
@@ -108,7 +111,7 @@ def run_attribute(config: dict, results: Path, case: str, setting: Setting, seed
     # the adaptive adversary learns from D_train's defended uploads, except where they are
     # the clean gradients the paper's adversary learns from (no defense, one local step)
     reused = plan.defense_of(job.resolved, setting)[0] == plan.NONE.defense and \
-        job.resolved["fl"]["local_steps"] == 1
+        job.resolved["fl"]["local_steps"] == 1 and not job.resolved["fl"]["local_epochs"]
     if spec["adaptive"] and reused:
         print(f"adaptive adversaries of {setting}: its uploads are clean gradients, the "
               f"paper's adversaries' rows are reused", file=sys.stderr)

@@ -117,13 +117,15 @@ def _params(config: dict, job: dict) -> dict:
 
 
 def _work(config: dict, results: Path, job: dict) -> dict[str, int]:
-    """Rounds x clients per round x local steps, each one client step of the case's model,
+    """The run's local steps (``cost.fl_steps``), each one client step of the case's model,
     and rounds x clients per round defended uploads."""
     resolved = plan.resolve(config, job["setting"])
-    clients = plan.find_case(config, job["case"])["partition"]["clients"]
-    batch = resolved["fl"]["client_batch_size"]
+    case = plan.find_case(config, job["case"])
+    clients, batch = case["partition"]["clients"], resolved["fl"]["client_batch_size"]
+    train = data.datasets.split_capacity(case["dataset"], config["datasets"].get(
+        case["dataset"], {}))
     work = {cost.model_unit(config, results, job["case"], "fl_step", batch):
-            cost.fl_steps(resolved, clients)}
+            cost.fl_steps(resolved, clients, train)}
     name, params = plan.defense_of(resolved, job["setting"])
     needs = {arg: artifact_parts(artifact)[0]
              for arg, artifact in defenses.needs(name, params).items()}
