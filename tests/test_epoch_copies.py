@@ -21,7 +21,7 @@ from fedleak.attacks.epoch_copies import (
     order_invariant_prior,
 )
 from fedleak.attacks.unrolled import step_rows, unrolled_update
-from fedleak.experiment import configuration, paths
+from fedleak.experiment import configuration, paths, victims
 from fedleak.fl import FLSettings, epoch_schedule, local_update, run_federated
 from fedleak.models import LeNet
 from fedleak.report.intervals import interval
@@ -105,6 +105,9 @@ def test_local_epochs_are_refused_where_their_steps_are_not_taken():
         with pytest.raises(cfg.ConfigError, match=message):
             configuration.validate({**base, "fl": {**fl, **changes},
                                     "attack": {**base["attack"], **attack}})
+    with pytest.raises(cfg.ConfigError, match=r"protocols\.epochs.*'fl.local_epochs' 2 counts"):
+        configuration.validate({**base, "fl": {**base["fl"], "local_steps": 5},
+                                "protocols": {"epochs": {"fl.local_epochs": 2}}})
 
 
 def test_fl_clients_train_their_local_epochs(digits):
@@ -156,19 +159,24 @@ def test_per_epoch_copies_recover_a_client_s_epochs_far_better_than_one_gradient
 
 
 @pytest.mark.slow
-def test_a_plan_with_local_epochs_attacks_each_client_s_whole_batch(tmp_path):
+def test_a_plan_with_local_epochs_attacks_each_client_s_whole_batch(tmp_path, monkeypatch):
     """The pipeline's jobs in this process, one FL round of clients training 2 epochs in
-    mini-batches of 2, then every attack on victims of 4 images: each reconstruction is
-    the 4 images, merged from the attack's per-epoch copies."""
+    mini-batches of 2, then every attack on victims of 4 images, their uploads made in
+    eval mode (``attack.protocol.train_mode: false``): each reconstruction is the 4
+    images, merged from the attack's per-epoch copies."""
     config = tiny_config(defenses={"dp_gaussian": {"strengths": [0.01]}},
                          attacks={"inverting_gradients": {"iterations": 5},
-                                  "rog": {"iterations": 2}}, protocol={"batch_size": 4})
+                                  "rog": {"iterations": 2}},
+                         protocol={"batch_size": 4, "train_mode": False})
     config["fl"].update(local_epochs=2, client_batch_size=2)
     results = tmp_path / "results"
     results.mkdir()
     write_json(results / paths.RESOLVED_CONFIG, configuration.validate(config))
+    modes, observe = [], victims.observations
+    monkeypatch.setattr(victims, "observations", lambda job, model, *rest: (
+        modes.append(model.training), observe(job, model, *rest))[1])
     ran = in_process.run_plan(configuration.load(results / paths.RESOLVED_CONFIG), results)
-    assert ran["attack"] == 2
+    assert ran["attack"] == 2 and modes == [False, False]
     for found in (results / "attacks").rglob("metrics.json"):
         runs = json.loads(found.read_text())["runs"]
         assert set(runs) == {"dlg", "inverting_gradients", "rog"}

@@ -177,7 +177,7 @@ def _check_sweep_value(config: dict, key: str, value: Any, where: str) -> None:
         set_path(section, ".".join(parts[1:]), value)
         check(section, {k: v for k, v in schema()["properties"][parts[0]].items()
                         if k != "default"}, f"{where}[{key}]")
-        if parts[0] == "attack" and (problem := victims.labels_problem(config, section)):
+        if problem := victims.swept_problem(config, parts[0], section):
             raise ConfigError(f"invalid config: '{where}[{key}]': {problem}")
 
 

@@ -115,6 +115,15 @@ def local_protocol(fl: Mapping, attack: Mapping) -> dict:
     return {"local_steps": steps, "local_lr": fl["local_lr"], "local_batches": batches}
 
 
+def swept_problem(config: Mapping, name: str, section: Mapping) -> str | None:
+    """Why a sweep's copy ``section`` of the configuration's section ``name`` cannot run
+    (:func:`epochs_problem`, :func:`labels_problem`); None when it can."""
+    if name not in ("attack", "fl"):
+        return None
+    return epochs_problem({**config, name: section}) or (
+        labels_problem(config, section) if name == "attack" else None)
+
+
 def epochs_problem(config: Mapping) -> str | None:
     """Why ``fl.local_epochs`` cannot run with the configuration, naming the keys; None when
     it can or is off."""

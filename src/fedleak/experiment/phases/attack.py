@@ -214,7 +214,7 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
     device = select(config["device"])
     seed_everything(seeds["attack"], config["threads"])
     train = data.load_prepared(job.data_dir, "train")
-    model = model_at(job, train, job.checkpoint).to(device)
+    model = model_at(job, train, job.checkpoint).to(device).train(spec["protocol"]["train_mode"])
     defense = artifacts.build_defense(job, model)
     built = {label: build_attack(job, label, model, defense, seeds["attack"]) for label in labels}
     adaptive = {label: build_adaptive(job, label, model, defense, seeds["attack"])
