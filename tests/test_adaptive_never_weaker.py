@@ -14,7 +14,7 @@ from conftest import lenet_victims
 from fedleak import attacks, defenses, metrics
 from fedleak.adversaries import features_of, train_zoo
 from fedleak.data import ImageData
-from fedleak.report.intervals import bounds, replicates
+from fedleak.report.intervals import interval
 from fedleak.types import DefenseContext, Observation
 
 IG = {"iterations": 60}
@@ -96,7 +96,7 @@ def test_the_adaptive_attacker_is_not_weaker_than_the_papers(victims, artifacts,
         obs = _upload(victim, defense, i)
         gains.append(float(metrics.psnr(adaptive(obs).images, victim[1])) -
                      float(metrics.psnr(paper(obs).images, victim[1])))
-    low, high = bounds(replicates(gains), len(gains))
+    low, high = interval(gains)
     print(name, "adaptive - paper PSNR", np.round(gains, 2).tolist(), (low, high))
     # identical attacks (the transformation is the identity) give no interval: equal
     assert (high >= 0) if np.isfinite(high) else min(gains) >= -1e-6

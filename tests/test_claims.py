@@ -1,231 +1,187 @@
-"""Verdicts (issue 46): bootstrap intervals over victims and seeds, each paper's claims as
-its configuration states them, and how a claim is judged from a target's results."""
+"""Verdicts (decision 0105): a claim's quantity measured on its target (paired where both
+sides read the same victims, a pick made again per resample), judged only in the paper's
+regime (each requirement kind: an attack that reconstructs undefended, FL that learns,
+victims and seeds a side, the metric measured, fixed settings for a sign test, what the
+plan cannot decide), with the paper's magnitude (a bound or a band)."""
 
 from __future__ import annotations
-
-import re
 
 import numpy as np
 import pandas as pd
 import pytest
-import scipy.stats
-from conftest import REPO
 
-from fedleak import cli
-from fedleak import config as cfg
-from fedleak.data.datasets import load
-from fedleak.experiment import configuration, plan
-from fedleak.report.claims import CLAIM_COLUMNS, claims_table, judge, summary_line, verdict
-from fedleak.report.intervals import interval, replicates
+from fedleak.report.claims import measure
 from fedleak.report.targets import TargetInputs, build_table, source_of
-
-# issue 46: at least this many claims per paper
-LEAST = {"refiner": 6, "gias": 5, "epafl": 4, "censor": 4, "recupfl": 5}
-
-
-def test_one_seed_s_interval_is_scipy_s_percentile_bootstrap():
-    values = np.random.default_rng(3).normal(20.0, 4.0, 30)
-    ours = interval(values)
-    theirs = scipy.stats.bootstrap((values,), np.mean, method="percentile",
-                                   random_state=0).confidence_interval
-    spread = values.std() / np.sqrt(len(values))
-    assert ours == pytest.approx((theirs.low, theirs.high), abs=0.15 * spread)
-    assert ours == interval(values)  # a fixed seed: the same numbers, the same interval
-
-
-def test_several_seeds_resample_the_seeds_first():
-    # three FL runs whose victims differ by run: the runs' spread must widen the interval
-    rng = np.random.default_rng(0)
-    values = np.concatenate([rng.normal(m, 0.5, 10) for m in (10.0, 14.0, 18.0)])
-    seeds = np.repeat([0, 1, 2], 10)
-    pooled, clustered = interval(values), interval(values, seeds)
-    assert clustered[1] - clustered[0] > 3 * (pooled[1] - pooled[0])
-
-
-def test_no_interval_from_one_unit_and_a_rate_of_zero_is_not_certain():
-    assert np.isnan(interval([12.0])).all()
-    assert np.isnan(interval([12.0] * 6)).all()  # no spread seen is no interval
-    low, high = interval(np.zeros(8), statistic="asr")
-    assert low == 0.0 and 0.2 < high < 0.45  # Wilson's 95 % upper bound for 0/8: 0.32
-    assert np.isnan(replicates([], statistic="mean")).all()
-
-
-@pytest.mark.parametrize("low, high, expect, judged", [
-    (-3.0, -1.0, {"<": 0}, "holds"), (1.0, 3.0, {"<": 0}, "fails"),
-    (-1.0, 1.0, {"<": 0}, "inconclusive"), (0.7, 0.9, {">": 0.6}, "holds"),
-    (0.1, 0.6, {">": 0.6}, "fails"), (np.nan, np.nan, {">": 0}, "inconclusive")])
-def test_a_verdict_needs_the_whole_interval_on_one_side(low, high, expect, judged):
-    assert verdict(low, high, expect) == judged
-
+from fedleak.report.verdicts import (
+    CLAIM_COLUMNS,
+    claims_table,
+    sign_verdict,
+    summary_line,
+    verdict,
+)
 
 SPEC = {"rows": ["defense", "strength"], "metrics": ["psnr", "pmm", "asr"]}
+REGIME = {"victims": 6, "seeds": 3, "learns": [
+    {"id": "fl", "target": "t", "of": {"defense": "none"}, "metric": "accuracy",
+     "floor": 0.5, "paper": 0.6, "source": "Table 9"}], "reconstructs": [
+    {"id": "ig", "attacks": ["ig"], "target": "t", "of": {"defense": "none"},
+     "metric": "psnr", "floor": 18.0, "paper": 24.0, "source": "Table 10"}]}
 
 
-def _inputs(psnr: dict[tuple, list[float]], pmm: dict[tuple, float]) -> TargetInputs:
-    """Victim rows of one seed per (defense, strength), with that run's PMM."""
-    rows = [{"case": "c", "defense": d, "strength": s, "series": None, "seed": 0,
-             "attack": "ig", "victim": i, "psnr": p, "ssim": p / 40, "pmm": pmm[(d, s)]}
-            for (d, s), values in psnr.items() for i, p in enumerate(values)]
-    victims = pd.DataFrame(rows)
-    return TargetInputs(victims, victims.drop_duplicates(["defense", "strength"]),
-                        pd.DataFrame(), pd.DataFrame())
+def _inputs(psnr: dict[tuple, list[float]], pmm: dict[tuple, list[float]]) -> TargetInputs:
+    """Victim rows of each (defense, strength) under seed 0 (victims 0..n-1, the same
+    images in every setting), and one FL run per seed with its accuracy and PMM."""
+    victims = pd.DataFrame([{"case": "c", "defense": d, "strength": s, "series": None,
+                             "seed": 0, "attack": "ig", "victim": i, "psnr": p,
+                             "ssim": p / 40, "pmm": pmm[(d, s)][0], "dataset": "cifar10"}
+                            for (d, s), values in psnr.items() for i, p in enumerate(values)])
+    fl = pd.DataFrame([{"case": "c", "defense": d, "strength": s, "series": None, "seed": k,
+                        "pmm": v, "accuracy": v / 100 * 0.6, "dataset": "cifar10"}
+                       for (d, s), values in pmm.items() for k, v in enumerate(values)])
+    return TargetInputs(victims, fl, pd.DataFrame(), pd.DataFrame())
 
 
-def _judge(claim: dict, inputs: TargetInputs) -> dict:
-    claim = {"id": "c", "by": "difference", **claim}
-    return judge(claim, SPEC, build_table(SPEC, inputs), source_of(inputs, SPEC["metrics"]))
-
-
-RUNS = _inputs({("refiner", 0.1): [10, 11, 12, 11, 10, 12],
+RUNS = _inputs({("none", 0): [22, 24, 23, 25, 21, 24],
+                ("refiner", 0.1): [10, 11, 12, 11, 10, 12],
                 ("refiner", 0.5): [8, 9, 8, 9, 8, 9],
                 ("soteria", 0.5): [20, 21, 19, 20, 21, 19],
                 ("soteria", 0.9): [19, 20, 21, 20, 19, 21]},
-               {("refiner", 0.1): 99.0, ("refiner", 0.5): 93.0, ("soteria", 0.5): 98.0,
-                ("soteria", 0.9): 96.0})
+               {("none", 0): [100, 100, 100], ("refiner", 0.1): [99, 98.5, 99.5],
+                ("refiner", 0.5): [93, 94, 92], ("soteria", 0.5): [98, 97, 98.5],
+                ("soteria", 0.9): [96, 96.5, 95.5]})
 
 
-def test_an_order_between_rows_holds_fails_or_is_inconclusive_by_its_interval():
-    lower = _judge({"metric": "psnr", "of": {"defense": "refiner"},
-                    "to": {"defense": "soteria"}, "expect": {"<": 0}}, RUNS)
-    assert lower["ours"] == pytest.approx(np.mean([10, 11, 12, 11, 10, 12, 8, 9, 8, 9, 8, 9])
-                                          - 20.0)
-    assert lower["verdict"] == "holds" and lower["ci_high"] < 0 and lower["victims"] == 24
-    higher = _judge({"metric": "psnr", "of": {"defense": "refiner"},
-                     "to": {"defense": "soteria"}, "expect": {">": 0}}, RUNS)
-    assert higher["verdict"] == "fails"
-    close = _judge({"metric": "psnr", "of": {"defense": "soteria", "strength": 0.5},
-                    "to": {"strength": 0.9}, "expect": {"<": 0}}, RUNS)
-    assert close["ours"] == pytest.approx(0.0) and close["verdict"] == "inconclusive"
-    ratio = _judge({"metric": "psnr", "of": {"defense": "refiner", "strength": 0.5},
-                    "to": {"defense": "soteria"}, "by": "ratio", "expect": {"<": 1}}, RUNS)
-    assert ratio["ours"] == pytest.approx(8.5 / 20.0) and ratio["verdict"] == "holds"
+def _measured(claim: dict, inputs: TargetInputs = RUNS, spec: dict = SPEC) -> dict:
+    claim = {"id": "c", "target": "t", "by": "difference", **claim}
+    return measure(claim, spec, build_table(spec, inputs), source_of(inputs, spec["metrics"]),
+                   study=not inputs.study.empty, fl=inputs.fl)
 
 
-def test_best_picks_one_row_per_side_among_those_that_keep_the_bound():
-    # above PMM 95 Refiner keeps only 0.1 (11 dB), Soteria both (lowest: 0.9, 20 dB)
-    picked = _judge({"metric": "psnr", "of": {"defense": "refiner", "strength": None},
-                     "to": {"defense": "soteria"}, "best": "min",
-                     "over": {"pmm": {">": 95}}, "expect": {"<": 0}}, RUNS)
-    assert picked["ours"] == pytest.approx(11.0 - 20.0) and picked["victims"] == 12
-    nothing = _judge({"metric": "psnr", "of": {"defense": "refiner"}, "best": "min",
-                      "over": {"pmm": {">": 99.5}}, "expect": {"<": 30}}, RUNS)
-    assert np.isnan(nothing["ours"]) and nothing["verdict"] == "inconclusive"
+def _judged(claim: dict, inputs: TargetInputs = RUNS, regime: dict = REGIME,
+            construction: list[str] = (), spec: dict = SPEC) -> pd.Series:
+    claim = {"id": "c", "target": "t", "by": "difference", "section": "§1",
+             "statement": "s", "paper": None, **claim}
+    measured = [pd.DataFrame([_measured(claim, inputs, spec)])]
+    if regime:  # the regime's entries, measured on the same target
+        measured.append(pd.DataFrame([_measured(e, inputs, spec) for e in
+                                      [*regime["reconstructs"], *regime["learns"]]]))
+    studies = {"t"} if not inputs.study.empty else set()
+    table, _ = claims_table([claim], measured, regime or {}, {"c": list(construction)},
+                            studies, "P", {"c": "stand-in"}, "reduced")
+    return table.iloc[0]
 
 
-def test_an_fl_metric_counts_each_run_once_and_one_seed_gives_no_interval():
-    judged = _judge({"metric": "pmm", "of": {"defense": "soteria"}, "expect": {">": 90}}, RUNS)
-    assert judged["ours"] == pytest.approx(97.0) and judged["victims"] == 2
-    single = _judge({"metric": "pmm", "of": {"defense": "soteria", "strength": 0.5},
-                     "expect": {">": 90}}, RUNS)
-    assert single["victims"] == 1 and single["verdict"] == "inconclusive"
+def test_an_order_between_rows_is_paired_over_the_same_victims():
+    lower = _measured({"metric": "psnr", "of": {"defense": "refiner"},
+                       "to": {"defense": "soteria"}})
+    assert lower["paired"] and lower["n_of"] == lower["n_to"] == 6  # a victim's rows averaged
+    assert lower["ours"] == pytest.approx(np.mean([9, 10, 10, 10, 9, 10.5]) - 20.0)
+    assert lower["ci_high"] < 0 and lower["method"] == "bootstrap-t"
+    assert lower["rows"] == "defense refiner / defense soteria"
+    ratio = _measured({"metric": "psnr", "of": {"defense": "refiner", "strength": 0.5},
+                       "to": {"defense": "soteria"}, "by": "ratio"})
+    assert ratio["ours"] == pytest.approx(8.5 / 20.0) and ratio["ci_high"] < 1
 
 
-def test_an_asr_claim_reads_every_victim_and_a_rate_of_zero_is_not_certain():
-    judged = _judge({"metric": "asr", "of": {"defense": "refiner"},
-                     "to": {"defense": "soteria"}, "expect": {"<": 0}}, RUNS)
-    # every SSIM is PSNR / 40 < 0.9: no success on either side, 0 - 0, not a sure zero
-    assert judged["ours"] == 0.0 and judged["ci_low"] < 0 < judged["ci_high"]
-    assert judged["verdict"] == "inconclusive"
+def test_a_verdict_needs_the_whole_interval_on_one_side_or_in_the_band():
+    assert verdict(-3.0, -1.0, {"<": 0}) == "holds" and verdict(1.0, 3.0, {"<": 0}) == "fails"
+    assert verdict(-1.0, 1.0, {"<": 0}) == "inconclusive"
+    assert verdict(-3.4, -2.2, {"between": [-4.5, -1.5]}) == "holds"
+    assert verdict(0.2, 1.0, {"between": [-4.5, -1.5]}) == "fails"
+    assert verdict(-2.0, 0.5, {"between": [-4.5, -1.5]}) == "inconclusive"
+    assert verdict(np.nan, np.nan, {">": 0}) == "inconclusive"
+    assert sign_verdict(5, 5) == "holds" and sign_verdict(0, 6) == "fails"
+    assert sign_verdict(3, 5) == "inconclusive"
 
 
-def test_claims_table_has_the_issue_s_columns_and_its_summary():
-    claims = [{"id": "a", "section": "§1", "statement": "s", "paper": 0.5,
-               "expect": {"<": 1}}, {"id": "b", "section": "§2", "statement": "t",
-                                      "paper": None, "expect": {">": 0}}]
-    judged = pd.DataFrame([{"claim": "a", "ours": 0.4, "ci_low": 0.3, "ci_high": 0.6,
-                            "verdict": "holds", "victims": 8, "seeds": 1}])
-    table = claims_table(claims, [judged], "P", {"a": "paper", "b": "stand-in"}, "smoke")
-    assert list(table.columns) == CLAIM_COLUMNS
-    assert table["verdict"].tolist() == ["holds", "inconclusive"]
-    assert summary_line(table) == "1 holds, 1 inconclusive (of 2)"
+def test_in_regime_a_claim_holds_or_fails_by_its_interval():
+    holds = _judged({"metric": "psnr", "of": {"defense": "refiner"},
+                     "to": {"defense": "soteria"}, "expect": {"<": 0}})
+    assert holds["verdict"] == "holds" and holds["why"] == ""
+    fails = _judged({"metric": "psnr", "of": {"defense": "refiner"},
+                     "to": {"defense": "soteria"}, "expect": {"between": [-4.5, -1.5]},
+                     "reason": "approximately 3"})
+    assert fails["verdict"] == "fails" and fails["expect"] == "in [-4.5, -1.5]"
 
 
-def _words(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip()
+def test_an_attack_that_does_not_reconstruct_undefended_makes_the_claim_untestable():
+    weak = {**REGIME, "reconstructs": [{**REGIME["reconstructs"][0], "floor": 25.0}]}
+    judged = _judged({"metric": "psnr", "of": {"defense": "refiner"},
+                      "to": {"defense": "soteria"}, "expect": {"<": 0}}, regime=weak)
+    assert judged["verdict"] == "untestable"
+    assert judged["why"] == "undefended ig psnr 23.2 not >= 25 (Table 10, paper 24)"
+    bare = _judged({"metric": "psnr", "of": {"defense": "refiner"}, "expect": {"<": 30}},
+                   regime={**REGIME, "reconstructs": []})
+    assert bare["why"] == "no regime entry says how ig reconstructs undefended"
 
 
-@pytest.mark.parametrize("paper", sorted(LEAST))
-def test_each_paper_states_its_claims_in_its_own_words(paper):
-    config = configuration.load(REPO / "config" / "paper" / f"{paper}.yaml")
-    smoke = configuration.validate({**cfg.read(REPO / "config" / "paper" / f"{paper}.yaml"),
-                                    "scale": "smoke"})
-    text = _words((REPO.parent / "shared" / "papers" / f"{paper}.txt").read_text()) \
-        if (REPO.parent / "shared" / "papers").is_dir() else None
-    assert config["paper"] and len(config["claims"]) >= LEAST[paper]
-    assert len(smoke["claims"]) == len(config["claims"])
-    for claim in config["claims"]:
-        assert len(claim["statement"].split()) <= 30, claim["id"]
-        if text is not None:  # the papers' text, where this checkout has it beside
-            assert _words(claim["statement"]) in text, claim["id"]
+def test_a_utility_claim_needs_fl_that_learns_and_three_seeds():
+    pmm = {"metric": "pmm", "of": {"defense": "soteria"}, "to": {"defense": "refiner"},
+           "expect": {">": 0}}
+    assert _judged(pmm)["verdict"] in ("holds", "inconclusive")
+    weak = {**REGIME, "learns": [{**REGIME["learns"][0], "floor": 0.9}]}
+    assert "undefended FL accuracy 0.6 not >= 0.9" in _judged(pmm, regime=weak)["why"]
+    one = _inputs({("none", 0): [22] * 6}, {("none", 0): [100], ("soteria", 0.5): [97],
+                                             ("refiner", 0.1): [99]})
+    judged = _judged({**pmm, "of": {"defense": "soteria"}}, inputs=one)
+    assert judged["why"] == "fewer than 2 units; 1 FL seed a side, PMM needs 3"
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"target": "fig1"}, "'target' 'fig1' is not a target with a table"),
-    ({"metric": "lpips"}, "'metric' 'lpips' is not a metric of table5's table"),
-    ({"of": {"round": 1}}, "'of' names 'round'; expected keys of table5's table"),
-    ({"expect": {"=": 1}}, "claims"),
-])
-def test_a_bad_claim_is_refused_naming_it(change, message):
-    epafl = cfg.read(REPO / "config" / "paper" / "epafl.yaml")
-    claims = [{**epafl["claims"][0], **change}]
-    with pytest.raises(cfg.ConfigError, match=re.escape(message)):
-        configuration.validate({**epafl, "claims": claims})
-    twice = [epafl["claims"][0], epafl["claims"][0]]
-    with pytest.raises(cfg.ConfigError, match="the id is used twice"):
-        configuration.validate({**epafl, "claims": twice})
+def test_too_few_victims_or_a_metric_not_measured_or_no_rows_is_untestable():
+    few = _judged({"metric": "psnr", "of": {"defense": "refiner"}, "expect": {"<": 30},
+                   "requires": {"victims": 16}})
+    assert few["why"] == "6 victims a side, the claim needs 16"
+    missing = RUNS.victims.assign(psnr=np.where(RUNS.victims["defense"] == "soteria", np.nan,
+                                                RUNS.victims["psnr"]))
+    unmeasured = _judged({"metric": "psnr", "of": {"defense": "soteria"}, "expect": {"<": 30}},
+                         inputs=TargetInputs(missing, RUNS.fl, pd.DataFrame(), pd.DataFrame()))
+    assert unmeasured["why"] == "psnr not measured on of (NaN on all 6 units)"
+    absent = _judged({"metric": "psnr", "of": {"defense": "dp"}, "expect": {"<": 30}})
+    assert absent["why"] == "not run: no row of t with {'defense': 'dp'}"
 
 
-def test_a_scale_merges_its_overrides_and_says_what_it_changes():
-    raw = cfg.read(REPO / "config" / "paper" / "epafl.yaml")
-    full = configuration.validate(raw)
-    reduced = configuration.validate({**raw, "scale": "reduced"})
-    assert full["attack"]["victims"]["count"] == 100 and plan.scale_conditions(full) == ""
-    assert reduced["attack"]["victims"]["count"] == 8
-    assert reduced["datasets"]["cifar10"]["stand_in"] == "natural"
-    assert plan.scale_conditions(reduced) == (
-        "datasets.cifar10.stand_in=natural; datasets.cifar10.max_images=2000; "
-        "attack.victims.count=8")
-    assert plan.claim_data(reduced)["time-mnist"] == "paper"  # the real MNIST test set
-    assert plan.claim_data(reduced)["time-cifar10"] == "stand-in"
-    with pytest.raises(cfg.ConfigError, match=re.escape(
-            "'smoke' True is now 'scale' (full, reduced or smoke): --config scale=smoke")):
-        configuration.validate({**raw, "smoke": True})
+def test_what_the_plan_cannot_decide_comes_first_in_why():
+    judged = _judged({"metric": "psnr", "of": {"defense": "refiner"}, "expect": {"<": 30}},
+                     construction=["ig runs 150 of the paper's 4000 iterations"])
+    assert judged["verdict"] == "untestable"
+    assert judged["why"] == "ig runs 150 of the paper's 4000 iterations"
 
 
-def test_the_natural_stand_in_is_photo_crops_in_the_dataset_s_shape():
-    data = load("cifar10", stand_in="natural", max_images=300)
-    assert tuple(data.x.shape) == (300, 3, 32, 32) and data.num_classes == 10
-    assert set(data.y.tolist()) == set(range(10))
-    assert float(data.x.std()) > 0.1  # photographs, not a flat fill
-    assert tuple(load("mnist", stand_in="natural", max_images=4).x.shape) == (4, 1, 28, 28)
+def test_a_pick_is_made_again_in_each_resample_and_its_rows_named():
+    # above PMM 95 Refiner keeps only 0.1 (11 dB); Soteria 0.9 sits at the bound (PMM 96)
+    picked = _measured({"metric": "psnr", "of": {"defense": "refiner", "strength": None},
+                        "to": {"defense": "soteria"}, "best": "min",
+                        "over": {"pmm": {">": 95.8}}})
+    assert picked["ours"] == pytest.approx(11.0 - 20.0)
+    of, to = picked["rows"].split(" / ")
+    assert of == "defense refiner, strength 0.1 (100%)"
+    # Soteria's two strengths tie at 20 dB and 0.9 sits near the bound: the pick moves
+    assert to.startswith("defense soteria, strength 0.5 (") and "strength 0.9 (" in to
+    nothing = _judged({"metric": "psnr", "of": {"defense": "refiner"}, "best": "min",
+                       "over": {"pmm": {">": 99.9}}, "expect": {"<": 30}})
+    assert nothing["why"].startswith("no row of t keeps pmm > 99.9")
 
 
-def test_verdicts_are_written_from_claims_files(tmp_path, capsys):
-    claims = [{"id": "a", "section": "§1", "statement": "it works", "paper": 0.5,
-               "expect": {"<": 1}}]
-    judged = pd.DataFrame([{"claim": "a", "ours": 0.4, "ci_low": 0.3, "ci_high": 0.6,
-                            "verdict": "holds", "victims": 8, "seeds": 1}])
-    table = claims_table(claims, [judged], "EPAFL", {"a": "paper"}, "reduced",
-                         "attack.victims.count=8")
-    table.to_csv(tmp_path / "claims.csv", index=False)
-    assert cli.main(["verdicts", str(tmp_path / "claims.csv")]) == 0
-    text = capsys.readouterr().out
-    assert text.startswith("# Verdicts") and "## EPAFL" in text
-    assert '| a       | §1        | "it works"' in text and "0.4 [0.3, 0.6]" in text
-    assert "changes from the paper's configuration: attack.victims.count=8." in text
-    assert "Reading these verdicts" not in text
-    (tmp_path / "claims.md").write_text("every attack stays near 9 dB here.\n")
-    assert cli.main(["verdicts", str(tmp_path / "claims.csv")]) == 0
-    noted = capsys.readouterr().out
-    assert noted == text.rstrip("\n") + ("\n\nReading these verdicts: every attack stays near "
-                                        "9 dB here.\n")
-    (tmp_path / "bad.csv").write_text("claim,ours\na,1\n")
-    assert cli.main(["verdicts", str(tmp_path / "bad.csv")]) == 2
-    assert "bad.csv: columns ['claim', 'ours'], expected" in capsys.readouterr().err
+def test_fixed_settings_are_compared_by_a_sign_test_or_untestable():
+    spec = {"rows": ["rate", "mode"], "metrics": ["seconds"]}
+
+    def study(rates):
+        rows = [{"rate": r, "mode": m, "seconds": r * (1 if m == "weight" else 2)}
+                for r in rates for m in ("weight", "grad")]
+        return TargetInputs(*(pd.DataFrame() for _ in range(4)), study=pd.DataFrame(rows))
+
+    claim = {"metric": "seconds", "of": {"mode": "weight"}, "to": {"mode": "grad"},
+             "expect": {"<": 0}}
+    two = _judged(claim, inputs=study([0.2, 0.4]), spec=spec, regime=None)
+    assert two["method"] == "sign 2/2" and two["verdict"] == "untestable"
+    assert "2 fixed settings: a sign test across them needs 5" in two["why"]
+    five = _judged(claim, inputs=study([0.1, 0.3, 0.5, 0.7, 0.9]), spec=spec, regime=None)
+    assert five["method"] == "sign 5/5" and five["verdict"] == "holds"
 
 
-def test_docs_verdicts_is_what_fedleak_verdicts_writes_from_the_runs_claims(capsys):
-    runs = sorted((REPO / "docs" / "verdicts").glob("*.csv"))
-    assert runs  # at least one reduced run's claims.csv
-    assert cli.main(["verdicts", *map(str, runs)]) == 0
-    assert capsys.readouterr().out == (REPO / "docs" / "verdicts.md").read_text()
+def test_claims_table_has_every_column_and_counts_each_verdict():
+    judged = _judged({"metric": "psnr", "of": {"defense": "refiner"}, "expect": {"<": 30}},
+                     construction=["smoke scale"])
+    assert list(judged.index) == CLAIM_COLUMNS
+    table = pd.DataFrame({"verdict": ["holds", "untestable", "untestable", "fails"]})
+    assert summary_line(table) == "1 holds, 1 fails, 2 untestable (of 4)"

@@ -88,7 +88,7 @@ def test_auto_runs_l_bfgs_attack_jobs_on_a_lenet_on_cpus():
     assert mixed["gpu"] == 1
     resnet = configuration.validate({**epafl, "cases": [
         {"dataset": "digits", "model": "resnet18", "partition": {"kind": "iid", "clients": 4}}],
-        "targets": {}, "reference": {}, "claims": []})
+        "targets": {}, "reference": {}, "claims": [], "regime": {}})
     case, setting = next(iter(plan.attack_jobs(resnet)))
     assert per_job(resources("attack", resnet), case=case, setting=setting.text,
                    seed="0")["gpu"] == 1

@@ -23,7 +23,7 @@ from fedleak import config as cfg
 from fedleak.experiment import catalog, configuration, plan, priors
 from fedleak.experiment.phases.aggregate import undeclared_departures
 from fedleak.models.ported import architecture
-from fedleak.report.claims import CLAIM_COLUMNS
+from fedleak.report.verdicts import CLAIM_COLUMNS
 from fedleak.utils.io import save_torch
 
 PAPERS = sorted((REPO / "config" / "paper").glob("*.yaml"))
@@ -136,7 +136,8 @@ def assert_every_target_made(results: Path, config: dict, compared: str) -> None
     claims = pd.read_csv(results / "claims.csv", keep_default_na=False)
     assert list(claims.columns) == CLAIM_COLUMNS
     assert claims["claim"].tolist() == [c["id"] for c in config["claims"]]
-    assert set(claims["verdict"]) <= {"holds", "fails", "inconclusive"}
+    assert set(claims["verdict"]) == {"untestable"}  # smoke scale: no paper's regime
+    assert claims["why"].str.contains("smoke scale").all()
     assert set(claims["scale"]) == {"smoke"} and set(claims["data"]) <= {"paper", "stand-in"}
     # the report opens with the verdicts; `fedleak compare` prints them first
     assert [line for line in report.splitlines() if line.startswith("## ")][0] == \
@@ -160,9 +161,13 @@ def test_readme_smoke_plan_runs_every_target(paper, tmp_path):
                          env=ENV, capture_output=True, text=True)
     assert dry.returncode == 0, dry.stderr[-4000:]
     planned = dict(re.findall(r"^(\w+) +(\d+)$", dry.stdout + dry.stderr, flags=re.M))
+    # the dry run names each claim the smoke scale cannot decide, before any job
+    untestable = re.findall(r"^fedleak: claim (\S+) is untestable at scale smoke: smoke scale",
+                            dry.stderr, flags=re.M)
     results = root / "results"
     config = in_process.resolved(root / "config" / "paper" / f"{paper}.yaml", results,
                                  scale="smoke")
+    assert untestable == [c["id"] for c in config["claims"]]
     ran = in_process.run_plan(config, results)
     assert {**ran, "all": 1, "total": sum(ran.values()) + 1} == {
         rule: int(n) for rule, n in planned.items()}

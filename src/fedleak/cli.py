@@ -32,10 +32,14 @@ def _list(args, config: dict | None) -> None:
 
 
 def _validate(args, config: dict) -> None:
-    from fedleak.experiment import plan
+    from fedleak.experiment import claims, plan
 
+    if args.scale:  # as `snakemake --config scale=reduced`: its overrides merged in
+        config = configuration.validate({**cfg.read(args.config), "scale": args.scale})
     print(f"{args.config}: OK ({len(plan.settings(config))} settings, "
           f"{len(plan.attack_labels(config))} attacks, {len(config['cases'])} cases)")
+    for line in claims.untestable_lines(config):
+        print(line)
 
 
 def _plan(args, config: dict) -> None:
@@ -62,28 +66,50 @@ def _estimate(args, config: dict) -> None:
 
     if args.scale:  # as `snakemake --config scale=reduced`: its overrides merged in
         config = configuration.validate({**cfg.read(args.config), "scale": args.scale})
+    if args.by == "claim":
+        from fedleak.experiment import claim_cost
+
+        rows = claim_cost.rows(config, args.results)
+        print(estimate.csv_text(rows) if args.format == "csv"
+              else claim_cost.text(rows, config["scale"]), end="")
+        return
     rows = estimate.estimate(config, args.target_names, args.results)
     print((estimate.csv_text if args.format == "csv" else estimate.text)(rows), end="")
 
 
 def _verdicts(args, config: dict | None) -> None:
+    import json
+
     import pandas as pd
 
-    from fedleak.report.claims import CLAIM_COLUMNS
-    from fedleak.report.markdown import verdicts_text
+    from fedleak.report.verdicts import CLAIM_COLUMNS, REGIME_COLUMNS
+    from fedleak.report.verdicts_doc import Run, verdicts_text
 
-    tables = []
+    def read(path, columns, what):
+        table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+        if list(table.columns) != columns:
+            raise ValueError(f"{path}: columns {list(table.columns)}, expected {columns} "
+                             f"({what})")
+        return table
+
+    runs = []
     for path in args.claims:
         if not path.is_file():
             raise ValueError(f"{path}: no such file (a run's results/claims.csv)")
-        table = pd.read_csv(path, keep_default_na=False, na_values=[""])
-        if list(table.columns) != CLAIM_COLUMNS:
-            raise ValueError(f"{path}: columns {list(table.columns)}, expected "
-                             f"{CLAIM_COLUMNS} (results/claims.csv of a run)")
-        tables.append(table)
-    notes = [path.with_suffix(".md").read_text() if path.with_suffix(".md").is_file() else None
-             for path in args.claims]
-    print(verdicts_text(tables, notes), end="")
+        made = path.with_suffix(".run.json")
+        made = json.loads(made.read_text()) if made.is_file() else {}
+        if made.get("withdrawn"):  # its verdicts no longer stand: the reason, not the table
+            runs.append(Run(None, made=made))
+            continue
+        claims = read(path, CLAIM_COLUMNS, "results/claims.csv of a run")
+        beside = path.with_name(f"{path.stem}-regime.csv") if path.name != "claims.csv" \
+            else path.with_name("regime.csv")
+        regime = read(beside, REGIME_COLUMNS, "results/regime.csv of a run") \
+            if beside.is_file() else None
+        notes = path.with_suffix(".md").read_text() if path.with_suffix(".md").is_file() \
+            else None
+        runs.append(Run(claims, regime, notes, made))
+    print(verdicts_text(runs), end="")
 
 
 def _verify(args, config: dict | None) -> None:
@@ -100,15 +126,17 @@ def _dvc_yaml(args, config: dict | None) -> None:
 
 TOOLS = {
     "list": (_list, "registered attacks and defenses, with their strength knobs", []),
-    "validate": (_validate, "check a configuration", []),
+    "validate": (_validate, "check a configuration and list the claims its scale cannot "
+                 "decide", ["scale"]),
     "plan": (_plan, "print each planned case, setting and its attacks, one per line", []),
     "compare": (_compare, "print each target's numbers beside the paper's (after a run)", []),
     "targets": (_targets, "print the README's table of the paper configurations' targets",
                 ["configs"]),
-    "estimate": (_estimate, "estimated jobs, CPU-hours and GPU-hours of each target, from a "
-                 "calibration on this machine (cached)", ["target_names", "format", "scale"]),
-    "verdicts": (_verdicts, "print docs/verdicts.md from runs' results/claims.csv files (and "
-                 "the notes in a .md beside each)",
+    "estimate": (_estimate, "estimated jobs, CPU-hours and GPU-hours of each target (or each "
+                 "claim, --by claim), from a calibration on this machine (cached)",
+                 ["target_names", "format", "scale", "by"]),
+    "verdicts": (_verdicts, "print docs/verdicts.md from runs' claims.csv files (and beside "
+                 "each its regime.csv, the notes in a .md and how it was run in a .run.json)",
                  ["claims"]),
     "verify": (_verify, "hash every output dvc.lock records again (after `dvc pull`) and name "
                "what differs", ["root"]),
@@ -146,6 +174,9 @@ ARGUMENTS = {
     "scale": {"choices": ("full", "reduced", "smoke"),
               "help": "at this scale, as `--config scale=reduced` (default: the "
                       "configuration's own)"},
+    "by": {"choices": ("target", "claim"), "default": "target",
+           "help": "a row per target (default) or per claim: the jobs its rows and regime "
+                   "need alone"},
 }
 POSITIONAL = ("configs", "claims", "target_names")
 

@@ -268,6 +268,26 @@ def merge(base: dict, update: Mapping) -> dict:
     return base
 
 
+def replaced(base: Mapping, update: Mapping, path: str = "") -> list[str]:
+    """The dotted paths of the leaves :func:`merge` would replace in ``base``."""
+    out = []
+    for key, value in update.items():
+        where = f"{path}{key}"
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            out += replaced(base[key], value, f"{where}.")
+        else:
+            out.append(where)
+    return out
+
+
+def _value_at(config: Mapping, path: str):
+    """The value at a dotted path (None where the configuration has none)."""
+    try:
+        return copy.deepcopy(get_path(config, path))
+    except KeyError:
+        return None
+
+
 def validate_schema(config: dict | None) -> dict:
     """A copy of ``config`` checked against the schema with every default filled in (its
     ``<scale>_overrides`` merged in first where ``scale`` is ``smoke`` or ``reduced``), each
@@ -276,6 +296,10 @@ def validate_schema(config: dict | None) -> dict:
     config = copy.deepcopy(config or {})
     overrides = config.get(f"{config.get('scale')}_overrides")
     if config.get("scale") in SCALED and isinstance(overrides, Mapping):
+        if not config.get("full_scale"):  # (a resolved configuration has them already)
+            full = validate_schema({**config, "scale": "full"})  # its defaults filled
+            config["full_scale"] = {path: _value_at(full, path)
+                                    for path in replaced(config, overrides)}
         merge(config, overrides)
     config = check(config, schema())
     _check_labels(config)

@@ -24,7 +24,8 @@ if STALE_LOCK:
     print(STALE_LOCK, file=sys.stderr)
 
 from fedleak import config as fedleak_config
-from fedleak.experiment import cluster, code, configuration, paths, phases, pipeline, priors
+from fedleak.experiment import claims, cluster, code, configuration, paths, phases, pipeline
+from fedleak.experiment import priors
 from fedleak.experiment.phase import WILDCARDS
 from fedleak.experiment.phase import typed as job_identity
 from fedleak.experiment.phases.prepare_data import missing, victim_problems
@@ -85,6 +86,9 @@ if MISSING and not DRY_RUN:
     sys.exit(f"fedleak: {MISSING[0]}")
 for reason in MISSING if DRY_RUN else []:
     print(f"fedleak: warning: {reason}", file=sys.stderr)
+# What this scale cannot decide, by construction (experiment.claims), before any job.
+for line in claims.untestable_lines(config) if DRY_RUN else []:
+    print(f"fedleak: {line}", file=sys.stderr)
 # The attack jobs' victims against the prepared splits (CENSOR's stride, a victim class);
 # data not prepared yet are checked when `prepare_data` has made them, before any FL run.
 VICTIM_PROBLEMS = victim_problems(config, RESULTS)

@@ -137,7 +137,8 @@ class Stage:
 class Solution:
     """A solved stage for V victims x R restarts: the final (last finite) ``variables``,
     each (V, R, ...); ``loss_trace`` (T, V, R), of which problem (v, r) recorded the first
-    ``iterations[v, r]`` entries; why each stopped; the images at the asked iterations."""
+    ``iterations[v, r]`` entries; why each stopped; the images at the asked iterations;
+    ``evaluations`` (V, R): each problem's objective evaluations (``Trajectory``)."""
 
     stage: Stage
     variables: Variables
@@ -145,6 +146,7 @@ class Solution:
     iterations: torch.Tensor
     stop_reasons: list[list[str]]
     snapshots: dict[int, torch.Tensor] = field(default_factory=dict)
+    evaluations: torch.Tensor | None = None
 
     def final_loss(self) -> torch.Tensor:
         """(V, R) the last recorded loss of each problem; inf where none was recorded."""
@@ -426,7 +428,9 @@ class Victims:
 
     def reconstructions(self, solution: Solution, extra: dict | None = None
                         ) -> list[Reconstruction]:
-        """Each victim's restart of lowest final loss, as a Reconstruction."""
+        """Each victim's restart of lowest final loss, as a Reconstruction; its
+        ``extra["evaluations"]`` is the objective evaluations of all the victim's restarts
+        (its cost on a per-victim clock, whatever else ran stacked beside it)."""
         stage, best = solution.stage, solution.best_restart()
         chosen = solution.chosen(best)
         with torch.no_grad():
@@ -437,9 +441,11 @@ class Victims:
         for v in range(len(self.observations)):
             r = int(best[v])
             trace = solution.trace(v, r)
+            spent = {} if solution.evaluations is None else {
+                "evaluations": int(solution.evaluations[v].sum())}
             out.append(Reconstruction(images[v].detach().clamp(0, 1), labels[v], trace,
                                       len(trace), 0.0, solution.stop_reasons[v][r], restart=r,
-                                      extra=dict(extra or {}), snapshots={
+                                      extra={**(extra or {}), **spent}, snapshots={
                                           t: s[v, r] for t, s in solution.snapshots.items()}))
         return out
 
@@ -509,7 +515,8 @@ def _solution(stage: Stage, grid: torch.Size, runs: list[Trajectory], constants:
                     torch.cat([r.iterations for r in runs]).unflatten(0, grid).cpu(),
                     [reasons[v * grid[1]:(v + 1) * grid[1]] for v in range(grid[0])],
                     {t: torch.cat([r.snapshots[t] for r in runs]).unflatten(0, grid)
-                     for t in runs[0].snapshots})
+                     for t in runs[0].snapshots},
+                    torch.cat([r.evaluations for r in runs]).unflatten(0, grid).cpu())
 
 
 def image_start(obs: Observation, rng: torch.Generator) -> Variables:

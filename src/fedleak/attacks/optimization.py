@@ -25,13 +25,16 @@ OPTIMIZERS = ("lbfgs", "adam")
 class Trajectory:
     """What :func:`optimize` did to P problems: ``loss_trace`` (T, P), of which problem p
     recorded the first ``iterations[p]`` (finite) entries; why each stopped; the rendered
-    images (P, ...) at the asked iterations."""
+    images (P, ...) at the asked iterations; ``evaluations`` (P,): how many times each
+    problem's objective was evaluated (Adam: once an iteration; L-BFGS: every evaluation of
+    its line search), a problem's cost in units of one gradient evaluation."""
 
     variables: list[torch.Tensor]
     loss_trace: torch.Tensor
     iterations: torch.Tensor
     stop_reasons: list[str]
     snapshots: dict[int, torch.Tensor] = field(default_factory=dict)
+    evaluations: torch.Tensor | None = None
 
 
 def last_recorded(trace: torch.Tensor, iterations: torch.Tensor) -> torch.Tensor:
@@ -85,7 +88,11 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
     for each in stoppers or []:
         each.reset()
 
+    calls = 0
+
     def closure() -> torch.Tensor:
+        nonlocal calls
+        calls += 1
         opt.zero_grad()
         out = objective()
         loss, gradients = out if isinstance(out, tuple) else (
@@ -154,4 +161,4 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
     size = len(diverged) // len(reasons)
     return Trajectory(variables, torch.stack(trace), counted, [
         "diverged" if d else reasons[p // size] for p, d in enumerate(diverged.tolist())],
-        snapshots)
+        snapshots, counted if optimizer == "adam" else torch.full_like(counted, calls))

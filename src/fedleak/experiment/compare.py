@@ -8,13 +8,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedleak.experiment import claims as planned
 from fedleak.experiment import plan
 from fedleak.experiment.gather import target_inputs
-from fedleak.report.claims import claims_table, judge_all, summary_line
+from fedleak.report.claims import measure_all
 from fedleak.report.markdown import beside as cells
-from fedleak.report.markdown import number_text
 from fedleak.report.reference import compare as beside
 from fedleak.report.targets import build_table, select_rows, source_of
+from fedleak.report.verdicts import claims_table, summary_line
+from fedleak.report.verdicts_doc import number_text
 
 WIDTH = 100
 
@@ -25,9 +27,10 @@ def _claim_lines(claims: pd.DataFrame) -> list[str]:
     for row in claims.itertuples():
         numbers = (f"ours {number_text(row.ours)} [{number_text(row.ci_low)}, "
                    f"{number_text(row.ci_high)}], holds if {row.expect}; paper "
-                   f"{number_text(row.paper_value)}; n {row.victims} / {row.seeds}")
+                   f"{number_text(row.paper_value)}; n {row.n_of} / {row.n_to} a side")
+        why = [(f"why: {row.why}", "    ")] if row.why else []
         for text, indent in ((f"{row.claim} ({row.section}): {row.verdict.upper()}", "  "),
-                             (numbers, "    "), (f'"{row.statement}"', "    ")):
+                             (numbers, "    "), *why, (f'"{row.statement}"', "    ")):
             lines += textwrap.wrap(text, WIDTH, initial_indent=indent,
                                    subsequent_indent="    ")
     return lines
@@ -76,8 +79,9 @@ def compare(config: dict, results: Path) -> str:
         inputs = select_rows(target_inputs(config, results, name), spec.get("where"))
         table = build_table(spec["table"], inputs)
         if on:
-            judged.append(judge_all(on, spec["table"], table,
-                                    source_of(inputs, spec["table"]["metrics"])))
+            judged.append(measure_all(on, spec["table"], table,
+                                      source_of(inputs, spec["table"]["metrics"]),
+                                      study=not inputs.study.empty, fl=inputs.fl))
         if not reference:
             continue
         table_keys = [*spec["table"]["rows"], *spec["table"].get("columns", [])]
@@ -93,15 +97,16 @@ def compare(config: dict, results: Path) -> str:
         summary.append((name, sum(c[0] for c in counts), sum(c[1] for c in counts)))
     head = []
     if config["claims"]:
-        claims = claims_table(config["claims"], judged, config["paper"] or config["title"],
-                              plan.claim_data(config), config["scale"],
-                              plan.scale_conditions(config))
+        claims, _ = claims_table(config["claims"], judged, config["regime"],
+                                 planned.construction(config), set(plan.studies(config)),
+                                 config["paper"] or config["title"], planned.claim_data(config),
+                                 config["scale"], planned.scale_conditions(config))
         head = [*textwrap.wrap(f"claims of {claims['paper'].iloc[0]}: {summary_line(claims)}, "
-                               f"at {config['scale']} scale (ours with its 95 % bootstrap "
-                               "interval; n: victims or FL runs / seeds)", WIDTH),
+                               f"at {config['scale']} scale (ours with its 95 % interval; n: "
+                               "victims or FL runs a side)", WIDTH),
                 *_claim_lines(claims),
                 *textwrap.wrap(f"what the {config['scale']} scale changes from the paper's "
-                               f"configuration: {plan.scale_conditions(config)}"
+                               f"configuration: {planned.scale_conditions(config)}"
                                if config["scale"] != "full" else "", WIDTH), ""]
     if not blocks and not head:
         return "no target has reference numbers or claims\n"

@@ -29,7 +29,7 @@ from fedleak.config import (
     validate_schema,
 )
 from fedleak.data import datasets
-from fedleak.experiment import plan, priors, victims
+from fedleak.experiment import claims, plan, priors, victims
 
 SWEEPABLE = ("fl.", "attack.", "attacks.", "defenses.")
 # Where each key of the flat `attack:` section went when it was split by what its keys are
@@ -98,7 +98,7 @@ def validate(config: dict | None) -> dict:
                           f"{config['fl']['seeds']} (attacks observe the FL run of their seed)")
     _validate_protocols(config)
     _validate_targets(config)
-    _validate_claims(config)
+    claims.validate(config)
     _validate_combinations(config)
     _validate_classes(config)
     priors.check(config)
@@ -311,31 +311,6 @@ def _validate_targets(config: dict) -> None:
                         f"invalid config: 'reference.{name}.rows[{i}]': {column!r}'s baseline "
                         f"{where} names {unknown[0] if unknown else column!r}; expected a "
                         f"metric's cell whose baseline changes some of the row keys {keys}")
-
-
-def _validate_claims(config: dict) -> None:
-    """Each claim reads a target with a table, one of its metrics and its row keys."""
-    seen = set()
-    for i, claim in enumerate(config["claims"]):
-        where = f"invalid config: 'claims[{i}]' ({claim['id']})"
-        if claim["id"] in seen:
-            raise ConfigError(f"{where}: the id is used twice; expected unique ids")
-        seen.add(claim["id"])
-        table = config["targets"].get(claim["target"], {}).get("table")
-        if table is None:
-            tables = sorted(n for n, t in config["targets"].items() if "table" in t)
-            raise ConfigError(f"{where}: 'target' {claim['target']!r} is not a target with a "
-                              f"table (expected one of {tables})")
-        if claim["metric"] not in table["metrics"]:
-            raise ConfigError(f"{where}: 'metric' {claim['metric']!r} is not a metric of "
-                              f"{claim['target']}'s table (expected one of {table['metrics']})")
-        keys = [*table["rows"], *table.get("columns", [])]
-        for part in ("of", "to", "over"):
-            unknown = sorted(set(claim.get(part, {})) - set(keys)
-                             - (set(table["metrics"]) if part == "over" else set()))
-            if unknown:
-                raise ConfigError(f"{where}: '{part}' names {unknown[0]!r}; expected keys of "
-                                  f"{claim['target']}'s table {keys}")
 
 
 def _validate_combinations(config: dict) -> None:

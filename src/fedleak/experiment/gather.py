@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedleak import config as cfg
 from fedleak.experiment import paths, plan
 from fedleak.experiment.studies import registry as studies
 from fedleak.metrics.utility import pmm
@@ -19,13 +18,7 @@ from fedleak.types import PAPER, Setting
 
 
 def _keys(config: dict, point: plan.Point, seed: int) -> dict:
-    case = plan.find_case(config, point.case)
-    keys = {"case": point.case, "dataset": case["dataset"], "model": case["model"],
-            "defense": point.setting.label, "strength": point.setting.strength,
-            "series": point.series, "seed": seed}
-    for key, value in point.swept:
-        keys[key] = keys[cfg.sweep_column(key)] = value
-    return keys
+    return {**plan.point_keys(config, point), "seed": seed}
 
 
 def _fl_summary(config: dict, results: Path, case: str, setting: Setting, seed: int) -> dict:

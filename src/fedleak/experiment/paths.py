@@ -146,8 +146,13 @@ def report(results: Path) -> Path:
 
 
 def claims(results: Path) -> Path:
-    """Every claim of the configuration, judged (report.claims)."""
+    """Every claim of the configuration, judged (report.verdicts)."""
     return Path(results) / "claims.csv"
+
+
+def regime(results: Path) -> Path:
+    """The regime's entries beside what the run measured (report.verdicts)."""
+    return Path(results) / "regime.csv"
 
 
 def log(results: Path, rule: str, *parts: Part) -> Path:

@@ -19,6 +19,7 @@ from typing import Any
 
 from fedleak import config as cfg
 from fedleak import data
+from fedleak.experiment import claim_rows
 from fedleak.types import ATTACK_ONLY_KEYS, UNDEFENDED, Setting, frozen, number_text
 
 NONE = Setting(UNDEFENDED, 0)  # the undefended setting
@@ -149,11 +150,28 @@ def target_order(name: str) -> tuple:
 
 
 def targets(config: dict) -> list[str]:
-    return sorted(config["targets"], key=target_order)
+    """The planned targets in the paper's order: at the reduced scale, those that claims
+    and regime entries read (``claim_rows``)."""
+    names = set(claim_rows.read_rows(config)) if claim_rows.by_claims(config) else None
+    return sorted((t for t in config["targets"] if names is None or t in names),
+                  key=target_order)
+
+
+def point_keys(config: dict, point: Point) -> dict:
+    """A point's keys as its target's table names them: case, dataset, model, defense
+    (its label), strength, series and each swept value (by its path and its column)."""
+    case = find_case(config, point.case)
+    keys = {"case": point.case, "dataset": case["dataset"], "model": case["model"],
+            "defense": point.setting.label, "strength": point.setting.strength,
+            "series": point.series}
+    for key, value in point.swept:
+        keys[key] = keys[cfg.sweep_column(key)] = value
+    return keys
 
 
 def points(config: dict) -> list[Point]:
-    """Every point the configuration plans, target by target (in the targets' order)."""
+    """Every point the configuration plans, target by target (in the targets' order); at
+    the reduced scale, the rows its claims read (``claim_rows``)."""
     if not config["targets"]:  # every case x defense point under each protocol
         return [Point(None, "", case, normalize(config, Setting.of(label, strength, overrides)),
                       tuple(sorted(config["attacks"])))
@@ -161,9 +179,12 @@ def points(config: dict) -> list[Point]:
                 for case in case_names(config)
                 for label in sorted(config["defenses"])
                 for strength in config["defenses"][label]["strengths"]]
-    return [p for name, target in config["targets"].items()
-            for selection in target.get("select", [])
-            for p in _selection_points(config, name, selection)]
+    planned = [p for name in targets(config)
+               for selection in config["targets"][name].get("select", [])
+               for p in _selection_points(config, name, selection)]
+    if claim_rows.by_claims(config):
+        return claim_rows.kept(config, planned, lambda p: point_keys(config, p))
+    return planned
 
 
 def studies(config: dict) -> list[str]:
@@ -357,41 +378,7 @@ def target_spec(config: dict, name: str) -> dict:
 
 
 def claims_on(config: dict, name: str) -> list[dict]:
-    """The configuration's claims that read target ``name``."""
-    return [claim for claim in config["claims"] if claim["target"] == name]
-
-
-def claim_data(config: dict) -> dict[str, str]:
-    """Per claim: ``stand-in`` where a dataset it reads (its rows' ``dataset``, else its
-    target's) is a stand-in (for a target without cases, a study: at a scale but full),
-    else ``paper``."""
-    datasets: dict[str, set] = {}
-    for point in points(config):
-        datasets.setdefault(point.target, set()).add(find_case(config, point.case)["dataset"])
-    data = {}
-    for claim in config["claims"]:
-        named = {claim[side]["dataset"] for side in ("of", "to")
-                 if claim.get(side, {}).get("dataset") is not None}
-        read = named or datasets.get(claim["target"])
-        stand_in = any(config["datasets"].get(d, {}).get("stand_in") for d in read) \
-            if read else config["scale"] != "full"
-        data[claim["id"]] = "stand-in" if stand_in else "paper"
-    return data
-
-
-def scale_conditions(config: dict) -> str:
-    """What the configuration's scale changes from its full form: each leaf of its
-    ``<scale>_overrides`` as ``path=value`` (a target's own selection: ``targets.<t>``),
-    joined by "; " ("" at full scale)."""
-    if config["scale"] == "full":
-        return ""
-
-    def leaves(value, path: str) -> list[str]:
-        if path.startswith("targets.") and path.count(".") == 1:
-            return [path]
-        if isinstance(value, dict) and value:
-            return [leaf for key, sub in value.items() for leaf in leaves(sub, f"{path}.{key}")]
-        return [f"{path}={value}"]
-
-    overrides = config[f"{config['scale']}_overrides"]
-    return "; ".join(leaf for key, value in overrides.items() for leaf in leaves(value, key))
+    """The claims (those ``left_out`` leaves out aside) and regime entries that read target
+    ``name``: what its job measures."""
+    return [claim for claim in [*config["claims"], *claim_rows.entries(config)]
+            if claim["target"] == name and claim["id"] not in config["left_out"]]

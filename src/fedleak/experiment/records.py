@@ -49,6 +49,8 @@ def victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstru
         "label": y.tolist()[0] if single else sorted(y.tolist()),
         "predicted_label": rec.labels.tolist()[0] if single else sorted(rec.labels.tolist()),
         "iterations": rec.iterations, "stop_reason": rec.stop_reason,
+        # the objective evaluations of the victim's restarts: its per-victim clock
+        "evaluations": rec.extra.get("evaluations"),
         "final_loss": rec.loss_trace[-1] if rec.loss_trace else None,
         "wall_time": rec.wall_time, "fallback": bool(obs.gradient.info.get("fallback", False)),
         # the numbers a defense reports about its upload (Refiner's robust_mse, Table 10)

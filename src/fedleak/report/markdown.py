@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 
 from fedleak.report import protocol_ranking
-from fedleak.report.claims import summary_line
 from fedleak.report.matched_utility import markdown_section
 from fedleak.report.targets import TargetResult
+from fedleak.report.verdicts_doc import claims_section
 from fedleak.types import PAPER
 from fedleak.utils.io import write_text
 
@@ -93,54 +93,6 @@ def _target_section(target: TargetResult, report_path: Path) -> list[str]:
     return lines
 
 
-def number_text(value: float) -> str:
-    """A number to 3 significant digits ("-" where there is none)."""
-    return "-" if pd.isna(value) else f"{value:.3g}"
-
-
-def claims_section(claims: pd.DataFrame, heading: str = "## Does the paper's claim hold?",
-                   link: str = "[claims.csv](claims.csv) has every column.") -> list[str]:
-    """The verdicts: one row per claim, ours with its interval beside the paper's value,
-    then what the scale changes from the paper's configuration."""
-    shown = pd.DataFrame({
-        "claim": claims["claim"], "section": claims["section"],
-        "the paper says": claims["statement"].map(lambda s: f"\"{s}\""),
-        "paper": claims["paper_value"].map(number_text),
-        "holds if": claims["expect"],
-        "ours [95 % CI]": [f"{number_text(o)} [{number_text(lo)}, {number_text(hi)}]"
-                           for o, lo, hi in zip(claims["ours"], claims["ci_low"],
-                                                claims["ci_high"])],
-        "verdict": claims["verdict"].map(lambda v: f"**{v}**"),
-        "n": [f"{v} / {s}" for v, s in zip(claims["victims"], claims["seeds"])]})
-    scale, data = (" and ".join(sorted(set(claims[c].astype(str)))) for c in ("scale", "data"))
-    conditions = sorted({str(c) for c in claims["conditions"].fillna("") if c})
-    return [heading,
-            f"{summary_line(claims)} at {scale} scale on {data} data. Ours is the claim's "
-            "quantity (a metric, or its difference or ratio between rows) with a 95 % "
-            "bootstrap interval over victims and FL seeds; a claim holds or fails only when "
-            "its interval lies wholly on one side of the claim's threshold, else it is "
-            f"inconclusive; n: victims (or FL runs) / seeds. {link}".strip(),
-            _markdown_table(shown),
-            *(f"What the {scale} scale changes from the paper's configuration: {c}."
-              for c in conditions)]
-
-
-def verdicts_text(tables: list[pd.DataFrame], notes: list[str | None] | None = None) -> str:
-    """docs/verdicts.md: per paper, its claims.csv as the report opens with it, then the
-    run's notes (what its measurements say about reading the verdicts), where it has any."""
-    sections = ["# Verdicts",
-                "Written by `fedleak verdicts` from the claims.csv of each run below (not by "
-                "hand; a run's notes, where it has any, from the .md beside its .csv), each "
-                "run's scale and what it changes from the paper's configuration under its "
-                "table; the full configurations' departures from the papers are in their "
-                "files and reports."]
-    for table, note in zip(tables, notes or [None] * len(tables)):
-        sections += claims_section(table, f"## {table['paper'].iloc[0]}", link="")
-        if note:
-            sections += [f"Reading these verdicts: {note.strip()}"]
-    return "\n\n".join(sections) + "\n"
-
-
 def _departure_line(departure: dict) -> str:
     key = f"`{departure['key']}`: " if "key" in departure else ""
     return (f"- {key}the paper: {departure['paper']}; ours: {departure['ours']}. "
@@ -150,19 +102,19 @@ def _departure_line(departure: dict) -> str:
 def write_report(tables: dict[str, pd.DataFrame], figures: list[Path],
                  targets: list[TargetResult], report_path: Path,
                  title: str = "fedleak report", substitutions: list[str] | None = None,
-                 departures: list[dict] | None = None,
-                 claims: pd.DataFrame | None = None) -> Path:
+                 departures: list[dict] | None = None, claims: pd.DataFrame | None = None,
+                 regime: pd.DataFrame | None = None) -> Path:
     """Write the markdown report to ``report_path`` (atomic, no timestamps) and return it;
     ``substitutions`` say what stands in for the paper's data and priors, ``departures``
-    (the configuration's) where else it differs from the paper; ``claims``
-    (``results/claims.csv``) open it."""
+    (the configuration's) where else it differs from the paper; ``claims`` and ``regime``
+    (``results/claims.csv``, ``results/regime.csv``) open it."""
     report_path = Path(report_path)
     sections = [f"# {title}",
                 "Made by `fedleak aggregate` from the pipeline's metrics files; rerunning "
                 "gives identical files. Success = SSIM > 0.9 (EPAFL); PMM = accuracy / "
                 "undefended accuracy x 100 (Refiner §5.3)."]
     if claims is not None:
-        sections += claims_section(claims)
+        sections += claims_section(claims, regime)
     if substitutions:
         sections += ["## Stand-ins", "\n".join(f"- {line}" for line in substitutions)]
     if departures:

@@ -28,14 +28,9 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from fedleak.utils.keys import same
+
 BOUNDS = ("<", ">")
-
-
-def same(a, b) -> bool:
-    """Whether a table's key value is a reference's (numbers to 1e-9 relative)."""
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return bool(np.isclose(a, b, rtol=1e-9, atol=0))
-    return str(a) == str(b)
 
 
 def kind(cell) -> str:

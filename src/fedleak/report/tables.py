@@ -16,9 +16,8 @@ from fedleak.report.protocol_ranking import protocol_ranking
 from fedleak.types import ATTACK_ONLY_KEYS, PAPER, Setting, is_ablation, label_without
 from fedleak.utils.io import atomic_path
 
-FL_METRICS = ("accuracy", "pmm", "test_loss", "fallback_rate")  # one value per FL run
 IMAGE_METRICS = ["psnr", "ssim", "mse", "lpips", "stlpips", "noise_ratio"]
-VICTIM_METRICS = [*IMAGE_METRICS, "iterations"]
+VICTIM_METRICS = [*IMAGE_METRICS, "iterations", "evaluations"]
 # the best image of a victim's batch by each image metric (GIAS Fig. 4's best-in-batch
 # PSNR): ``<metric>_best`` from the per-image values (the batch mean for B = 1)
 BEST_IN_BATCH = {"psnr": np.max, "ssim": np.max, "mse": np.min, "lpips": np.min, "stlpips": np.min}
@@ -128,8 +127,8 @@ def victim_rows(path: Path) -> list[dict]:
                 "attack": label, "final_loss": v.get("final_loss"),
                 # metrics written before issue 33 carry no attacker: the paper's attack
                 "attacker": v.get("attacker", PAPER),
-                **{k: v.get(k, np.nan) for k in ["victim", *VICTIM_METRICS, "wall_time",
-                                                 "stop_reason"]},
+                **{k: np.nan if v.get(k) is None else v[k]
+                   for k in ["victim", *VICTIM_METRICS, "wall_time", "stop_reason"]},
                 "fallback": bool(v.get("fallback", False)), "failure": v.get("failure"),
                 # what the defense reported about the upload (Refiner: robust_mse)
                 **v.get("upload_report", {}),

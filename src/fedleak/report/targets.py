@@ -29,10 +29,10 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from fedleak.config import figure_specs  # noqa: E402
 from fedleak.report.attribute import attribute_tradeoff  # noqa: E402
-from fedleak.report.claims import judge_all  # noqa: E402
+from fedleak.report.claims import measure_all  # noqa: E402
 from fedleak.report.figures import save_figure  # noqa: E402
 from fedleak.report.privacy_grid import privacy_grid_figure  # noqa: E402
-from fedleak.report.reference import compare, paper_values, same  # noqa: E402
+from fedleak.report.reference import compare, paper_values  # noqa: E402
 from fedleak.report.style import (  # noqa: E402
     case_text,
     finish,
@@ -41,12 +41,13 @@ from fedleak.report.style import (  # noqa: E402
     log_if_spread,
     series_styles,
 )
-from fedleak.report.tables import FL_METRICS, SUCCESS_SSIM, write_csv  # noqa: E402
+from fedleak.report.tables import SUCCESS_SSIM, write_csv  # noqa: E402
 from fedleak.utils.io import load_npy, read_json, write_json  # noqa: E402
+from fedleak.utils.keys import same  # noqa: E402
+from fedleak.utils.metric_kinds import ATTRIBUTE_METRICS, FL_METRICS  # noqa: E402
 
 # RecUP-FL's attribute jobs: the adversary's accuracy, the majority class's share and the
 # FL run's final test loss, one row per (point, seed, adversary, attribute, round)
-ATTRIBUTE_METRICS = ("attribute_asr", "learning_loss", "chance")
 STATISTICS = {"mean": "mean", "max": "max", "min": "min", "sum": "sum", "median": "median",
               "sd": lambda v: v.std(ddof=0)}
 LABELS = {"asr": "ASR (SSIM > 0.9)", "psnr": "PSNR (dB)", "ssim": "SSIM", "mse": "MSE",
@@ -85,7 +86,7 @@ class TargetResult:
     comparison: pd.DataFrame | None
     agreement: dict[str, str]
     files: list[Path]
-    claims: pd.DataFrame | None = None  # the claims on this target, judged (report.claims)
+    claims: pd.DataFrame | None = None  # the claims (and regime entries) on it, measured
 
 
 def split_metric(metric: str) -> tuple[str, str]:
@@ -476,7 +477,8 @@ FIGURES = {"line": line_figure, "tradeoff": tradeoff_figure, "history": history_
 def write_target(name: str, spec: dict, inputs: TargetInputs, reference: dict | None,
                  out_dir: Path, claims: list[dict] | None = None) -> TargetResult:
     """``<name>.csv`` (the table), ``<name>_vs_paper.csv`` (with a reference),
-    ``<name>_claims.csv`` (the ``claims`` on it, judged), ``<name>.png`` (the figure) and
+    ``<name>_claims.csv`` (the ``claims`` and regime entries on it, measured),
+    ``<name>.png`` (the figure) and
     ``summary.json`` under ``out_dir``."""
     out_dir = Path(out_dir)
     files, table, comparison, agreement, judged = [], None, None, {}, None
@@ -489,8 +491,9 @@ def write_target(name: str, spec: dict, inputs: TargetInputs, reference: dict | 
             comparison, agreement = compare(table, keys, reference)
             files.append(write_csv(comparison, out_dir / f"{name}_vs_paper.csv"))
         if claims:
-            judged = judge_all(claims, spec["table"], table,
-                               source_of(inputs, spec["table"]["metrics"]))
+            judged = measure_all(claims, spec["table"], table,
+                                 source_of(inputs, spec["table"]["metrics"]),
+                                 study=not inputs.study.empty, fl=inputs.fl)
             files.append(write_csv(judged, out_dir / f"{name}_claims.csv"))
     for panel, figure_spec in figure_specs(spec):
         figure = FIGURES[figure_spec["kind"]](

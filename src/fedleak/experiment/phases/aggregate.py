@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fedleak import attacks
 from fedleak.data.datasets import SHAPES
-from fedleak.experiment import paths, pipeline, plan, priors
+from fedleak.experiment import claims, paths, pipeline, plan, priors
 from fedleak.experiment.phase import Output, Phase
 from fedleak.types import artifact_parts
 
@@ -127,16 +127,18 @@ def aggregate(config: dict, results: Path) -> None:
                                  figures(config, jobs))
     targets = [report.load_target(paths.target_dir(results, name))
                for name in plan.targets(config)]
-    claims = None
+    judged = regime = None
     if config["claims"]:
-        claims = report.claims_table(config["claims"],
-                                     [t.claims for t in targets if t.claims is not None],
-                                     config["paper"] or config["title"], plan.claim_data(config),
-                                     config["scale"], plan.scale_conditions(config))
-        report.write_csv(claims, paths.claims(results))
+        judged, regime = report.claims_table(
+            config["claims"], [t.claims for t in targets if t.claims is not None],
+            config["regime"], claims.construction(config), set(plan.studies(config)),
+            config["paper"] or config["title"], claims.claim_data(config), config["scale"],
+            claims.scale_conditions(config))
+        report.write_csv(judged, paths.claims(results))
+        report.write_csv(regime, paths.regime(results))
     report.write_report(made, drawn, targets, paths.report(results), title=config["title"],
                         substitutions=substitutions(config), departures=config["departures"],
-                        claims=claims)
+                        claims=judged, regime=regime)
 
 
 def _outputs(config: dict, results: Path, jobs: pipeline.Jobs | None) -> dict:
@@ -144,7 +146,9 @@ def _outputs(config: dict, results: Path, jobs: pipeline.Jobs | None) -> dict:
     return {
         "report": Output(paths.report(results)),
         **({"claims": Output(paths.claims(results), caption="table", category="Tables",
-                             labels={"table": "claims"})} if config["claims"] else {}),
+                             labels={"table": "claims"}),
+            "regime": Output(paths.regime(results), caption="table", category="Tables",
+                             labels={"table": "regime"})} if config["claims"] else {}),
         "tables": [Output(paths.table(results, t), caption="table", category="Tables",
                           labels={"table": t}) for t in tables(config, jobs)],
         "figures": [Output(paths.figure(results, f), category="Figures", labels={"figure": f},
@@ -162,7 +166,7 @@ PHASE = Phase(
     run=aggregate,
     gathers=GATHERS,
     params=lambda config, job: {k: config[k] for k in ("title", "attack", "paper", "claims",
-                                                        "scale")},
+                                                        "regime", "left_out", "scale")},
     work=lambda config, results, job: {
         "figure": len(figures(config, pipeline.walk(config, results)))},
     startup="startup:figures",

@@ -1,0 +1,26 @@
+"""What a table's metric measures, by its name: one value per FL run (accuracy, PMM),
+per attribute-inference row (RecUP-FL), or per attacked victim; and its statistic. Claims
+are judged by kind (``report.claims``, ``report.verdicts``), planned by it
+(``experiment.claims``), and the tables count FL metrics once per run."""
+
+from __future__ import annotations
+
+FL_METRICS = ("accuracy", "pmm", "test_loss", "fallback_rate")  # one value per FL run
+ATTRIBUTE_METRICS = ("attribute_asr", "learning_loss", "chance")
+KINDS = ("attack", "utility", "attribute", "study")
+
+
+def kind_of(metric: str, study: bool = False) -> str:
+    """attack, utility, attribute or study: what a claim on ``metric`` measures (``study``:
+    its target is a study, whose rows are fixed settings)."""
+    column = metric.partition(":")[0]
+    if study:
+        return "study"
+    if column in ATTRIBUTE_METRICS:
+        return "attribute"
+    return "utility" if column in FL_METRICS else "attack"
+
+
+def statistic(metric: str) -> str:
+    """mean, sum or asr (a claim's statistic over its units)."""
+    return "asr" if metric == "asr" else metric.partition(":")[2] or "mean"

@@ -1,0 +1,184 @@
+"""Each paper's claims as its configuration states them (decision 0105): in the paper's
+own words, each with its regime, refused when they name what the targets lack, planned at
+the reduced scale as the rows they read, and written as docs/verdicts.md."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+from conftest import REPO
+
+from fedleak import cli
+from fedleak import config as cfg
+from fedleak.data.datasets import load
+from fedleak.experiment import claim_rows, claims, configuration, plan
+from fedleak.report.verdicts import REGIME_COLUMNS
+from fedleak.utils.metric_kinds import kind_of
+from test_claims import _judged
+
+PAPERS = ("refiner", "gias", "epafl", "censor", "recupfl")
+LEAST = {"refiner": 32, "gias": 26, "epafl": 19, "censor": 18, "recupfl": 22}
+
+
+def _raw(paper: str) -> dict:
+    return cfg.read(REPO / "config" / "paper" / f"{paper}.yaml")
+
+
+def _words(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_each_paper_states_its_claims_in_its_own_words(paper):
+    config = configuration.validate(_raw(paper))
+    smoke = configuration.validate({**_raw(paper), "scale": "smoke"})
+    text = _words((REPO.parent / "shared" / "papers" / f"{paper}.txt").read_text()) \
+        if (REPO.parent / "shared" / "papers").is_dir() else None
+    assert config["paper"] and len(config["claims"]) >= LEAST[paper]
+    assert len(smoke["claims"]) == len(config["claims"])
+    for claim in config["claims"]:
+        assert len(claim["statement"].split()) <= 30, claim["id"]
+        if text is not None:  # the papers' text, where this checkout has it beside
+            assert _words(claim["statement"]) in text, claim["id"]
+        if "between" in claim["expect"]:
+            assert claim["reason"], claim["id"]
+
+
+def test_at_least_a_hundred_claims_over_the_five_papers():
+    assert sum(len(configuration.validate(_raw(p))["claims"]) for p in PAPERS) >= 100
+
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_every_attack_a_claim_reads_has_its_undefended_regime(paper):
+    config = configuration.validate(_raw(paper))
+    covered = {a for e in config["regime"]["reconstructs"] for a in e["attacks"]}
+    for claim in config["claims"]:
+        if claim.get("requires", {}).get("reconstructs") is not None:
+            continue
+        kind = kind_of(claim["metric"], claim["target"] in plan.studies(config))
+        if kind == "attack":
+            assert claims.attacks_read(config, claim) <= covered, claim["id"]
+    utility = [c for c in config["claims"] if kind_of(c["metric"]) == "utility"]
+    assert not utility or config["regime"]["learns"], paper
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"target": "fig1"}, "'target' 'fig1' is not a target with a table"),
+    ({"metric": "lpips"}, "'metric' 'lpips' is not a metric of table5's table"),
+    ({"of": {"round": 1}}, "'of' names 'round'; expected keys of table5's table"),
+    ({"expect": {"=": 1}}, "claims"),
+    ({"expect": {"between": [0, 1]}}, "claims"),  # a band without its reason
+    ({"requires": {"reconstructs": ["nothing"]}},
+     "'requires.reconstructs' names 'nothing'; expected one of regime.reconstructs's ids"),
+    ({"by": "ratio"}, "'by' ratio of a rate (asr); expected difference"),
+])
+def test_a_bad_claim_is_refused_naming_it(change, message):
+    epafl = _raw("epafl")
+    plain = next(c for c in epafl["claims"] if c["id"] == "asr-outperform")  # no reason:
+    bad = [{**plain, **change}]
+    with pytest.raises(cfg.ConfigError, match=re.escape(message)):
+        configuration.validate({**epafl, "claims": bad})
+    twice = [epafl["claims"][0], epafl["claims"][0]]
+    with pytest.raises(cfg.ConfigError, match="the id is used twice"):
+        configuration.validate({**epafl, "claims": twice})
+    with pytest.raises(cfg.ConfigError, match=re.escape("'left_out.nope': not a claim's id")):
+        configuration.validate({**epafl, "left_out": {"nope": "too costly"}})
+
+
+def test_the_reduced_scale_plans_the_rows_the_claims_read():
+    full = configuration.validate(_raw("epafl"))
+    reduced = configuration.validate({**_raw("epafl"), "scale": "reduced"})
+    assert reduced["attack"]["victims"]["count"] == 16
+    assert reduced["full_scale"]["attack.victims.count"] == 100
+    assert plan.targets(reduced) == ["table1", "table2", "table4", "table5", "stoppers"]
+    assert len(plan.jobs(reduced)) < len(plan.jobs(full))
+    rows = claim_rows.read_rows(reduced)
+    for point in plan.points(reduced):  # each planned point is a row a claim reads
+        keys = plan.point_keys(reduced, point)
+        assert any(claim_rows._matches(keys, row) for row in rows[point.target]), point
+    assert "only the rows the claims and regime entries read are planned" in \
+        claims.scale_conditions(reduced)
+    assert claims.scale_conditions(full) == ""
+    assert claims.claim_data(reduced)["time-mnist"] == "paper"  # the real MNIST test set
+    assert claims.claim_data(reduced)["time-cifar10"] == "stand-in"
+
+
+def test_what_a_scale_cannot_decide_is_known_before_any_job():
+    raw = _raw("epafl")
+    smoke = claims.construction(configuration.validate({**raw, "scale": "smoke"}))
+    assert all(r[0] == "smoke scale: stand-ins and budgets that test the wiring"
+               for r in smoke.values())
+    assert "idlg runs 5 of the paper's 300 iterations" in smoke["time-mnist"]
+    cut = configuration.validate({**raw, "scale": "reduced", "reduced_overrides": {
+        **raw["reduced_overrides"], "attacks": {"idlg": {"iterations": 100}},
+        "left_out": {"time-cifar10": "needs 9 CPU-hours"}}})
+    reasons = claims.construction(cut)
+    assert reasons["time-mnist"] == ["idlg runs 100 of the paper's 300 iterations"]
+    assert reasons["time-cifar10"] == ["left out at this scale: needs 9 CPU-hours"]
+    assert reasons["threshold-cost"] == []
+    lines = claims.untestable_lines(cut)
+    assert lines[0] == ("claim time-mnist is untestable at scale reduced: idlg runs 100 of "
+                        "the paper's 300 iterations")
+    refiner = configuration.validate({**_raw("refiner"), "fl": {"seeds": [0]}})
+    assert any("1 FL seed planned" in r for r in sum(claims.construction(refiner).values(), []))
+
+
+def test_the_natural_stand_in_is_photo_crops_in_the_dataset_s_shape():
+    data = load("cifar10", stand_in="natural", max_images=300)
+    assert tuple(data.x.shape) == (300, 3, 32, 32) and data.num_classes == 10
+    assert set(data.y.tolist()) == set(range(10))
+    assert float(data.x.std()) > 0.1  # photographs, not a flat fill
+    assert tuple(load("mnist", stand_in="natural", max_images=4).x.shape) == (4, 1, 28, 28)
+
+
+def test_verdicts_are_written_from_kept_runs(tmp_path, capsys):
+    judged = _judged({"metric": "psnr", "of": {"defense": "refiner"},
+                      "to": {"defense": "soteria"}, "expect": {"<": 0},
+                      "statement": "it works"})
+    pd.DataFrame([judged]).to_csv(tmp_path / "p.csv", index=False)
+    assert cli.main(["verdicts", str(tmp_path / "p.csv")]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# Verdicts") and "## P" in text and "**1 holds (of 1)**." in text
+    assert "configuration states none" in text  # no regime.csv beside it
+    regime = pd.DataFrame([{"entry": "ig", "requirement": "reconstructs", "attacks": "ig",
+                            "datasets": "", "target": "t", "of": "defense none",
+                            "metric": "psnr", "bound": ">= 18", "paper": 24.0,
+                            "source": "Table 10", "ours": 23.2, "ci_low": 22.0,
+                            "ci_high": 24.3, "n": 6, "in_regime": "yes"}],
+                          columns=REGIME_COLUMNS)
+    regime.to_csv(tmp_path / "p-regime.csv", index=False)
+    (tmp_path / "p.run.json").write_text(json.dumps(
+        {"commit": "abc1234", "command": "snakemake --config scale=reduced",
+         "cpu_hours": 1.25}))
+    (tmp_path / "p.md").write_text("every attack reconstructs here.\n")
+    assert cli.main(["verdicts", str(tmp_path / "p.csv")]) == 0
+    noted = capsys.readouterr().out
+    assert "| undefended ig (psnr) | t: defense none | 23.2 [22, 24.3]" in noted
+    assert "Run: commit `abc1234`, scale reduced, `snakemake --config scale=reduced`, " \
+           "1.25 CPU-hours." in noted
+    assert noted.endswith("Reading these verdicts: every attack reconstructs here.\n")
+    (tmp_path / "bad.csv").write_text("claim,ours\na,1\n")
+    assert cli.main(["verdicts", str(tmp_path / "bad.csv")]) == 2
+    assert "bad.csv: columns ['claim', 'ours'], expected" in capsys.readouterr().err
+
+
+def test_docs_verdicts_is_what_fedleak_verdicts_writes_from_the_kept_runs(capsys):
+    runs = sorted(p for p in (REPO / "docs" / "verdicts").glob("*.csv")
+                  if not p.stem.endswith("-regime"))
+    assert runs  # at least one reduced run's claims.csv
+    assert cli.main(["verdicts", *map(str, runs)]) == 0
+    assert capsys.readouterr().out == (REPO / "docs" / "verdicts.md").read_text()
+
+
+def test_fedleak_validate_lists_what_the_scale_cannot_decide(capsys):
+    config = str(REPO / "config" / "paper" / "epafl.yaml")
+    assert cli.main(["validate", "--config", config, "--scale", "smoke"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(": OK (17 settings, 5 attacks, 2 cases)")
+    assert len(lines) == 1 + len(_raw("epafl")["claims"])
+    assert lines[1].startswith("claim time-mnist is untestable at scale smoke: smoke scale")
+    assert cli.main(["validate", "--config", config]) == 0
+    assert capsys.readouterr().out.count("\n") == 1  # the full scale cannot be cut
