@@ -10,6 +10,7 @@ import re
 import pandas as pd
 import pytest
 from conftest import REPO
+from test_claims import _judged
 
 from fedleak import cli
 from fedleak import config as cfg
@@ -17,7 +18,6 @@ from fedleak.data.datasets import load
 from fedleak.experiment import claim_rows, claims, configuration, plan
 from fedleak.report.verdicts import REGIME_COLUMNS
 from fedleak.utils.metric_kinds import kind_of
-from test_claims import _judged
 
 PAPERS = ("refiner", "gias", "epafl", "censor", "recupfl")
 LEAST = {"refiner": 32, "gias": 26, "epafl": 19, "censor": 18, "recupfl": 22}
@@ -74,6 +74,13 @@ def test_every_attack_a_claim_reads_has_its_undefended_regime(paper):
     ({"requires": {"reconstructs": ["nothing"]}},
      "'requires.reconstructs' names 'nothing'; expected one of regime.reconstructs's ids"),
     ({"by": "ratio"}, "'by' ratio of a rate (asr); expected difference"),
+    ({"of": {"series": "EPAFLX"}},
+     "'of' {series: 'EPAFLX'} is no row of table5 (its series values: ['DLG', 'EPAFL', "
+     "'iDLG'])"),
+    ({"to": {"dataset": "svhn"}},
+     "'to' {dataset: 'svhn'} is no row of table5 (its dataset values: ['cifar10', 'mnist'])"),
+    ({"expect": {"between": [0.1, -0.1]}, "reason": "r"},
+     "'expect.between' [0.1, -0.1] has its ends reversed; expected [low, high]"),
 ])
 def test_a_bad_claim_is_refused_naming_it(change, message):
     epafl = _raw("epafl")
@@ -86,6 +93,10 @@ def test_a_bad_claim_is_refused_naming_it(change, message):
         configuration.validate({**epafl, "claims": twice})
     with pytest.raises(cfg.ConfigError, match=re.escape("'left_out.nope': not a claim's id")):
         configuration.validate({**epafl, "left_out": {"nope": "too costly"}})
+    entry = {**epafl["regime"]["reconstructs"][0], "floor": 54}
+    with pytest.raises(cfg.ConfigError, match=re.escape(
+            "(idlg-undefended-mnist): a bound of 54 on asr, a share; expected one in [0, 1]")):
+        configuration.validate({**epafl, "regime": {**epafl["regime"], "reconstructs": [entry]}})
 
 
 def test_the_reduced_scale_plans_the_rows_the_claims_read():

@@ -126,7 +126,8 @@ def test_a_defended_upload_is_priced_with_its_defense_and_stand_ins(tmp_path, mo
     place of the trained one) cost more than its plain SGD steps: the defense is priced."""
     config, _ = configured(tmp_path, **{"defenses.soteria": {"strengths": [0.5]}})
     found = estimate.jobs(config, tmp_path / "results")
-    defended = {Path(first).parts[-3]: {u: n for u, n in job.work.items() if u.startswith("defend:")}
+    defended = {Path(first).parts[-3]: {u: n for u, n in job.work.items()
+                                        if u.startswith("defend:")}
                 for (rule, first), job in found.items() if rule == "fl_run"}
     assert defended["recupfl-0.01"] == {}  # the zoo: not priced
     (soteria, uploads), = defended["soteria-0.5"].items()

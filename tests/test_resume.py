@@ -18,6 +18,7 @@ from fedleak.fl import FLSettings, run_federated
 from fedleak.models import Generator, LeNet
 from fedleak.models.dcgan import init_weights, train_dcgan
 from fedleak.types import Update
+from fedleak.utils.io import save_torch
 
 
 class Killed(Exception):
@@ -180,3 +181,50 @@ def test_a_model_zoo_trains_only_the_models_it_did_not_keep(tmp_path):
     assert trained == ["a.2"]
     assert all(same_weights(m.state_dict(), n.state_dict())
                for m, n in zip(whole.models["a"], again.models["a"]))
+
+
+def damage(path) -> None:
+    """What a disk error or a half-copied folder leaves: 64 random bytes."""
+    path.write_bytes(np.random.default_rng(0).bytes(64))
+
+
+def test_a_damaged_kept_attack_chunk_is_recomputed_with_a_warning(digits, tmp_path, capsys):
+    observations = [observe_defended(v, "none") for v in lenet_victims(digits, 4)]
+    attack = attacks.build("inverting_gradients", iterations=8, seed=3)
+    whole = attacks.reconstruct_all(attack, observations, engine="loop")
+    resume = Resume(tmp_path / "job")
+    with pytest.raises(Killed):
+        attacks.reconstruct_all(attack, observations, engine="loop",
+                                kept=interrupted(resume, 2))
+    damage(resume.folder / "ig.1.pt")
+    computed = []
+
+    def counted(begin, run):
+        return resume.piece(f"ig.{begin}", lambda: computed.append(begin) or run(),
+                            lambda recs: [r.__dict__ for r in recs],
+                            lambda kept: [attacks.Reconstruction(**r) for r in kept])
+    again = attacks.reconstruct_all(attack, observations, engine="loop", kept=counted)
+    assert computed == [1, 2, 3]  # the damaged chunk is done again, the good one read
+    assert all(torch.equal(a.images, b.images) for a, b in zip(whole, again))
+    warned = capsys.readouterr().err
+    assert "fedleak: warning: a damaged kept piece is discarded and its work done again" in \
+        warned and "ig.1.pt is not a readable torch file" in warned
+
+
+def test_a_damaged_kept_fl_state_is_discarded_and_the_run_done_again(digits, tmp_path,
+                                                                    capsys):
+    # the FL run, the DCGAN and GIML keep their state alike (``Resume.latest``)
+    weights, history = federated(digits)
+    resume = Resume(tmp_path / "job")
+    with pytest.raises(Killed):
+        federated(digits, keep=interrupted_at(2, resume))
+    damage(resume.folder / "state.pt")
+    kept = resume.latest("state")
+    assert kept is None and not (resume.folder / "state.pt").exists()
+    assert "state.pt is not a readable torch file" in capsys.readouterr().err
+    again, rerun = federated(digits, keep=lambda state: resume.keep("state", state),
+                             resume_from=kept)
+    assert rerun == history and same_weights(weights, again)
+    save_torch(resume.folder / "state.pt", {"round": 3})  # it loads, but holds no generators
+    assert resume.latest("state") is None
+    assert "holds no kept state and generator state" in capsys.readouterr().err

@@ -18,7 +18,8 @@ BUDGET = 100  # ROG's T_max; Inverting Gradients gets as many iterations
 
 
 def psnr(name: str, victim, defense: str = "none", seed: int = 0, **params) -> float:
-    rec = attacks.build(name, seed=seed, **params)(observe_defended(victim, defense, **params_of(defense)))
+    observed = observe_defended(victim, defense, **params_of(defense))
+    rec = attacks.build(name, seed=seed, **params)(observed)
     return metrics.psnr(rec.images.clamp(0, 1), victim[1])
 
 

@@ -1,6 +1,6 @@
 """fedleak: gradient-leakage attacks and defenses in federated learning.
 
-Public API (DESIGN §3): ``attacks``, ``defenses``, ``data``, ``models``, ``metrics``
+Public API: ``attacks``, ``defenses``, ``data``, ``models``, ``metrics``
 (``from fedleak import attacks``). The subpackages are imported when first used, so that a
 pipeline job loads only the code it runs (``experiment.code``).
 """

@@ -247,8 +247,9 @@ ARTIFACTS = {
 @dataclass(frozen=True)
 class Need:
     """A constructor argument that the experiment layer supplies: an artifact of ``kind``
-    (``evalnet``, ``gan``, ``giml``, ``public_data``, ``bn_proxy``, ``defense``), needed
-    only when every parameter named in ``when`` takes one of the values listed there."""
+    (one of ``ARTIFACTS``: ``evalnet``, ``gan``, ``untrained_gan``, ``giml_generator``,
+    ``public_data``, ``bn_proxy``, ``model_zoo``, ``inverter``, ``defense``), needed only
+    when every parameter named in ``when`` takes one of the values listed there."""
 
     kind: str
     when: Mapping[str, tuple] = field(default_factory=dict)
@@ -280,9 +281,9 @@ def artifact_parts(needed: str) -> tuple[str, str | None]:
 # ---------------------------------------------------------------------------------------
 # Settings
 
-# who attacks a defended upload (issue 33): the paper's attacker or one that knows the
+# who attacks a defended upload (decision 0072): the paper's attacker or one that knows the
 # defense; tables written before the `attacker` column hold the paper's rows only; the
-# strongest: the matched-utility table's worst case over both and every attack (issue 47)
+# strongest: the matched-utility table's worst case over both and every attack (decision 0097)
 PAPER, ADAPTIVE, STRONGEST = "paper", "adaptive", "strongest"
 
 _SEPARATOR = "~"

@@ -1,4 +1,4 @@
-"""Reconstruction and the attack registry (DESIGN §3).
+"""Reconstruction and the attack registry.
 
 An attack is ``attack(obs) -> Reconstruction`` (``engine.Attack``); ``build`` fills its
 parameters from the schema's defaults (the papers'), and ``engine.reconstruct_all`` runs

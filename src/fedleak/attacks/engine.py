@@ -1,6 +1,6 @@
 """The attack engine: an attack's optimisation, stated once as a :class:`Stage` (what it
 optimises, its render, distance, regularisers, prior, projection, schedule, stopper), run
-for the victims of one FL round stacked or one problem at a time (DESIGN §7). A
+for the victims of one FL round stacked or one problem at a time. A
 multi-stage attack solves a sequence of stages, each starting where the last one ended.
 
 :func:`reconstruct_all` hands the attack its victims in chunks (:class:`Victims`) and picks

@@ -17,11 +17,12 @@ layer, without CENSOR's loss-based choice among its trials (not differentiable, 
 part of §V-D's description), and S defaults to CENSOR's T = 20. The paper's unspecified
 refinement that "prioritize[s] gradients that are more informative" is not implemented:
 samples are weighted equally. A sample is the defense's adaptive transformation
-(``Defense.adaptive``, issue 33, given the received upload): for pruning, clipping,
+(``Defense.adaptive``, decision 0072, given the received upload): for pruning, clipping,
 and Soteria their known transformation (GGL, Li et al. CVPR 2022 §3.3; the received zero
 pattern, the bound, Soteria's pruned columns left out); for unbiased QSGD and zero-mean
-noise the upload's expectation (the trial, clipped for DP); for the others a draw of the defense (``Defense.sample``), by default the
-defense called on the trial gradient, so it must be differentiable in it (noise is).
+noise the upload's expectation (the trial, clipped for DP); for the others a draw of the
+defense (``Defense.sample``), by default the defense called on the trial gradient, so it
+must be differentiable in it (noise is).
 Refiner's upload is the gradient of optimised robust data, not a function of the trial
 gradient that can be sampled: against it EOT matches the trial gradient itself (the plain
 attack; ``Refiner.sample``). A defense whose transformation has no randomness

@@ -16,7 +16,7 @@ The registered attack ``giml`` then runs GIAS (GI-z/w by default) with the
 meta-learned generator. The cost c is GIAS's (its ``stage``): cosine gradient
 distance + lambda_TV TV.
 
-Defaults (the official meta-training script; REFERENCE.md): 200 outer steps,
+Defaults (the official meta-training script): 200 outer steps,
 N = 1 task per step, 1,000 latent iterations (Adam, eta_z = 3e-2) and 500
 parameter iterations (Adam, eta_w = 1e-3), both with lr x0.1 at 3/8, 5/8, 7/8,
 lambda_TV = 1e-4, lambda = 1e-3, meta Adam lr 1e-2, one random start per task.

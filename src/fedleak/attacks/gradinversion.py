@@ -31,7 +31,7 @@ Defaults: Adam, lr 0.01, 4,000 iterations, Euclidean gradient distance, label
 inference (Refiner, Table 4); lr x 0.1 at 3/8, 5/8, 7/8 of the iterations,
 a_tv = a_bn = a_gr = 1e-4, a_l2 = 1e-6, first-BN weight 10, group mean at
 iteration 500 then every 100, pixels from N(0, 1) clamped to [0, 1] after every
-step (GIAS/GIFD code, REFERENCE.md); 4 seeds (GIAS App. H: best of 4 random
+step (GIAS's and GIFD's official code); 4 seeds (GIAS App. H: best of 4 random
 instances). Labels: the known ones, else the B smallest row sums of the
 last-layer weight gradient (:func:`~fedleak.attacks.label_inference.infer_labels`;
 Yin et al. rank classes by the row minimum instead).

@@ -1,4 +1,4 @@
-"""Problems that each keep their own one-problem optimiser, evaluated together (DESIGN §7).
+"""Problems that each keep their own one-problem optimiser, evaluated together.
 
 torch's L-BFGS minimises one problem: stepping stacked problems with one L-BFGS would
 share its step and curvature pairs between them. :func:`in_lockstep` instead runs each

@@ -1,4 +1,4 @@
-"""The optimisation loop shared by all optimisation-based attacks (DESIGN §3).
+"""The optimisation loop shared by all optimisation-based attacks.
 
 Optimisers: L-BFGS and Adam (optionally on the sign of the gradient), a multi-step or
 per-step lr schedule, a projection and optional EPAFL stoppers. What is minimised comes

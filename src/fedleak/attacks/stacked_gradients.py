@@ -1,5 +1,5 @@
 """The trial gradients of P gradient-matching problems at once, reduced to what the
-distances need: their inner products with the targets and with themselves (DESIGN §7).
+distances need: their inner products with the targets and with themselves.
 
 P problems (victims x restarts of one FL round) share one model. :class:`StackedModel`
 runs their images as one batch through the model's own layers with the weights held

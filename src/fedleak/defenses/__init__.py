@@ -1,4 +1,4 @@
-"""Gradient defenses behind one interface: ``defense(ctx) -> Update`` (DESIGN §3)."""
+"""Gradient defenses behind one interface: ``defense(ctx) -> Update``."""
 
 from fedleak.defenses import (  # noqa: F401  (registration)
     censor,

@@ -1,4 +1,4 @@
-"""The defense interface and registry (DESIGN §3): ``defense(ctx) -> Update``.
+"""The defense interface and registry: ``defense(ctx) -> Update``.
 
 Each defense has one strength knob, named in the schema (``config.knob``), that the
 workflow sweeps; ``build`` fills the other parameters from the schema's defaults.
@@ -47,7 +47,7 @@ class Defense(ABC):
                                    attributes=ctx.attributes))
 
     def adaptive(self, trial: Update, ctx: DefenseContext, received: Update) -> Update:
-        """The adaptive attacker's transformation of its ``trial`` gradient (issue 33): what
+        """The adaptive attacker's transformation of its ``trial`` gradient (decision 0072): what
         an attacker who knows the defense matches to the ``received`` upload, differentiably
         in ``trial``. By default one draw of :meth:`sample` (EOT over the defense's
         randomness); a defense with a known transformation (pruning, quantisation,

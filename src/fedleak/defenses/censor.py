@@ -14,7 +14,7 @@ Three readings of Alg. 1 (``variant``), which disagree on what is uploaded:
 - ``algorithm1`` (Alg. 1 as printed): the incumbent starts as the clean gradient G0
   with the loss at theta (lines 10-11) and a trial replaces it only if its loss is
   strictly lower (line 17); when none is, the clean gradient is uploaded.
-- ``official`` (the official code, REFERENCE.md): Eq. 12 divided by ||g|| instead of
+- ``official`` (the official code): Eq. 12 divided by ||g|| instead of
   ||g||^2 (not orthogonal unless ||g|| = 1), and the same clean-gradient fallback.
 
 Every upload records in ``Update.info["fallback"]`` whether it is the clean gradient. The

@@ -3,7 +3,7 @@
 Each layer's gradient g_l becomes g_l * min(1, b / ||g_l||_2); a smaller bound b
 is a stronger defense. CENSOR's baseline uses b = 4 (the default).
 
-The adaptive attacker (issue 33; GGL, Li et al. CVPR 2022 §3.3) clips its trial gradient
+The adaptive attacker (decision 0072; GGL, Li et al. CVPR 2022 §3.3) clips its trial gradient
 the same way, differentiably (the factor min(1, b / ||g_l||) too), with the defense's own
 bound b, known to an attacker who knows the defense (GGA's ``clipping`` transform
 estimates it from the received upload instead).

@@ -7,7 +7,7 @@ Laplace(0, scale) for ``dp_laplace``. As in those papers' baselines the noise
 scale is absolute (not multiplied by the clip bound). Defaults: sigma = scale =
 0.01, clip 4 (CENSOR's clipping baseline).
 
-The adaptive attacker (issue 33) matches the expectation of the upload over the noise,
+The adaptive attacker (decision 0072) matches the expectation of the upload over the noise,
 which for zero-mean noise is the clipped trial gradient itself: EOT over the defense's
 randomness with its expectation taken exactly instead of from S draws. Sampled draws
 (the measured alternative, docs/decisions/0073-dp-adaptive-expectation.md) add noise to

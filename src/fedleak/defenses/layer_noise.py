@@ -13,7 +13,7 @@ name prefix (``body.0.weight`` and ``body.0.bias`` are LeNet's layer 1, ``fc.*``
 Linear layer 4); a string is that prefix (``"fc"``); one that some configured case's model
 lacks is refused before any job (``check_config``). Strength knob ``magnitude``.
 
-The adaptive attacker (issue 47) matches the upload's expectation over the noise, the trial
+The adaptive attacker (decision 0097) matches the upload's expectation over the noise, the trial
 gradient itself (the noise is zero-mean), as for DP (``differential_privacy``).
 """
 

@@ -7,7 +7,7 @@ Modes (Refiner §3.2.2, Table 1): ``grad`` scores by |gradient| (the classic def
 default), ``weight`` by |parameter value| and ``weight_grad`` by |gradient x value|, the
 element-wise importance Refiner's utility metric uses.
 
-The adaptive attacker (issue 33; GGL, Li et al. CVPR 2022 §3.3, and CENSOR §II-C's
+The adaptive attacker (decision 0072; GGL, Li et al. CVPR 2022 §3.3, and CENSOR §II-C's
 adaptive transform) applies the received upload's zero pattern to its trial gradient:
 the pruned entries leave the matching. Re-pruning the trial by its own scores would
 zero other entries wherever its gradient is not yet the client's (mode ``grad``); the

@@ -20,7 +20,7 @@ start (Fig. 6 compares the start x with the blend), :meth:`Refiner.robust_data` 
 x* the upload is the gradient of, and every upload reports MSE(x, x*) in
 ``Update.info["robust_mse"]`` (App. F, Table 10: 0.0839 on CIFAR-10).
 
-The adaptive attacker (issue 33) matches its trial gradient itself (:meth:`Refiner.sample`,
+The adaptive attacker (decision 0072) matches its trial gradient itself (:meth:`Refiner.sample`,
 one sample): the upload is the gradient of x*, a fresh optimisation of the client's own
 batch that no function of the trial gradient reproduces, and it lies within
 epsilon * ||g|| of the true gradient g, so the upload is the attacker's best estimate of

@@ -17,7 +17,7 @@ per pass (``jacrev``'s ``chunk_size``): the same scores in bounded memory. Score
 model in eval mode (BatchNorm with its running statistics), so the Jacobian pass never
 updates them. Default ratio 0.1 (GGL and CENSOR's baseline).
 
-The adaptive attacker (issue 33; GGL, Li et al. CVPR 2022 §3.3, §4) leaves Soteria's
+The adaptive attacker (decision 0072; GGL, Li et al. CVPR 2022 §3.3, §4) leaves Soteria's
 pruned part of the defended layer out of the matching: the trial gradient's columns of
 that layer that are zero in the received upload are zeroed, so they add a constant to an
 L2 distance and nothing to a cosine one. The layer's other columns are the client's exact

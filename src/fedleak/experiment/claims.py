@@ -21,6 +21,8 @@ from fedleak.config import ConfigError
 from fedleak.experiment import claim_rows, plan
 from fedleak.utils.metric_kinds import FL_METRICS, kind_of, statistic
 
+UNIT_METRICS = ("asr", "ssim", "ssim_best", "accuracy", "attribute_asr")  # shares in [0, 1]
+
 
 def _table_keys(config: dict, target: str, where: str) -> tuple[dict, list[str]]:
     table = config["targets"].get(target, {}).get("table")
@@ -31,7 +33,8 @@ def _table_keys(config: dict, target: str, where: str) -> tuple[dict, list[str]]
     return table, [*table["rows"], *table.get("columns", [])]
 
 
-def _check_rows(config: dict, item: Mapping, where: str, parts: tuple[str, ...]) -> None:
+def _check_rows(config: dict, item: Mapping, where: str, parts: tuple[str, ...],
+                full: dict) -> None:
     table, keys = _table_keys(config, item["target"], where)
     if item["metric"] not in table["metrics"]:
         raise ConfigError(f"{where}: 'metric' {item['metric']!r} is not a metric of "
@@ -42,6 +45,51 @@ def _check_rows(config: dict, item: Mapping, where: str, parts: tuple[str, ...])
         if unknown:
             raise ConfigError(f"{where}: '{part}' names {unknown[0]!r}; expected keys of "
                               f"{item['target']}'s table {keys}")
+    if item["target"] in full["targets"] and "study" not in full["targets"][item["target"]]:
+        _check_values(full, item, where)
+
+
+def full_config(config: dict) -> dict:
+    """``config`` with its scale's overrides undone (``full_scale``'s values restored): the
+    grid a claim's rows must exist in, whatever this scale plans of it."""
+    if not config["full_scale"]:
+        return config
+    full = copy.deepcopy(config)
+    for path, value in config["full_scale"].items():
+        if value is None:
+            parent, _, key = path.rpartition(".")
+            (cfg.get_path(full, parent) if parent else full).pop(key, None)
+        else:
+            cfg.set_path(full, path, copy.deepcopy(value))
+    return full
+
+
+def _check_values(config: dict, item: Mapping, where: str) -> None:
+    """Each side's rows exist in its target's grid (the keys its points carry, and the
+    attack labels they run), before any job."""
+    points = plan.target_points(config, item["target"])
+    rows = [(p, plan.point_keys(config, p)) for p in points]
+    for part, side in zip(("of", "to"), _sides(item)):
+        if any(claim_rows.kept(config, [p], lambda _, k=k: k, {item["target"]: [side]})
+               for p, k in rows):
+            continue
+        for key, value in side.items():
+            have = sorted({str(a) for p, k in rows
+                           for a in (p.attacks if key == "attack" else [k.get(key)])
+                           if key == "attack" or key in k}, key=str)
+            if value is not None and have and not any(v == str(value) or (
+                    isinstance(value, (int, float)) and _number(v) == value) for v in have):
+                raise ConfigError(f"{where}: '{part}' {{{key}: {value!r}}} is no row of "
+                                  f"{item['target']} (its {key} values: {have})")
+        raise ConfigError(f"{where}: '{part}' {_shown(side)} matches no row of "
+                          f"{item['target']}; expected values its selections plan")
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def validate(config: dict) -> None:
@@ -49,23 +97,31 @@ def validate(config: dict) -> None:
     row keys; ids are unique; a claim's ``requires`` names regime entries; a rate is
     compared by its difference; ``left_out`` names claims."""
     seen: set[str] = set()
-    regime = config["regime"]
+    regime, full = config["regime"], full_config(config)
     for part in ("reconstructs", "learns"):
         for i, entry in enumerate(regime[part]):
             where = f"invalid config: 'regime.{part}[{i}]' ({entry['id']})"
             if entry["id"] in seen:
                 raise ConfigError(f"{where}: the id is used twice; expected unique ids")
             seen.add(entry["id"])
-            _check_rows(config, entry, where, ("of",))
+            _check_rows(config, entry, where, ("of",), full)
+            bound = entry.get("floor", entry.get("ceiling"))
+            if entry["metric"].partition(":")[0] in UNIT_METRICS and not 0 <= bound <= 1:
+                raise ConfigError(f"{where}: a bound of {bound:g} on {entry['metric']}, a "
+                                  f"share; expected one in [0, 1]")
     for i, claim in enumerate(config["claims"]):
         where = f"invalid config: 'claims[{i}]' ({claim['id']})"
         if claim["id"] in seen:
             raise ConfigError(f"{where}: the id is used twice; expected unique ids among the "
                               f"claims and regime entries")
         seen.add(claim["id"])
-        _check_rows(config, claim, where, ("of", "to", "over"))
+        _check_rows(config, claim, where, ("of", "to", "over"), full)
         if statistic(claim["metric"]) == "asr" and claim["by"] == "ratio":
             raise ConfigError(f"{where}: 'by' ratio of a rate (asr); expected difference")
+        low, high = claim["expect"].get("between", (0, 0))
+        if low > high:
+            raise ConfigError(f"{where}: 'expect.between' [{low:g}, {high:g}] has its ends "
+                              f"reversed; expected [low, high]")
         for part in ("reconstructs", "learns"):
             for name in claim.get("requires", {}).get(part, []):
                 ids = [e["id"] for e in regime[part]]

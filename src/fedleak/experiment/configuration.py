@@ -33,7 +33,7 @@ from fedleak.experiment import claims, plan, priors, victims
 
 SWEEPABLE = ("fl.", "attack.", "attacks.", "defenses.")
 # Where each key of the flat `attack:` section went when it was split by what its keys are
-# about (issue 44): which victims, the protocol observed, the attacker, the outputs.
+# about (decision 0089): which victims, the protocol observed, the attacker, the outputs.
 MOVED = {"victims": "victims.count", "victims_by_attack": "victims.by_attack",
          "split": "victims.split", "stride": "victims.stride", "victim_class": "victims.class",
          "distinct_labels": "victims.distinct_labels", "round": "protocol.round",

@@ -17,7 +17,8 @@ jobs' units here, ``fedleak estimate`` prices them with rates measured on the ma
 - ``inverter_step:<hidden>:<features>:<model>...``: one training step of Learning to
   Invert's inversion network, reading ``features`` of the model's upload (0: all of it);
 - ``defend:<spec>:<model>:...:b<batch>``: one client's upload through its setting's
-  defense beyond the batch's gradient, which ``fl_step`` counts (``spec``: the defense, its parameters and the artifacts it loads, as URL-safe
+  defense beyond the batch's gradient, which ``fl_step`` counts (``spec``: the defense,
+  its parameters and the artifacts it loads, as URL-safe
   base64 of their JSON, so that the unit names itself); timed with stand-ins for the
   artifacts (an untrained evaluation network of the configured widths, random public
   images), whose weights do not change the cost; a defense that loads the model zoo

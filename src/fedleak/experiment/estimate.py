@@ -1,4 +1,4 @@
-"""`fedleak estimate`: the cost of each target before it runs (issue 32).
+"""`fedleak estimate`: the cost of each target before it runs (decision 0069).
 
 The model is work x rate. The **work** of a job is its phase's ``work`` (units counted
 from the configuration's budgets, ``experiment.cost`` lists them) and its start-up; the

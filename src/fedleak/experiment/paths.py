@@ -1,4 +1,4 @@
-"""Where every artifact lives under the results folder (DESIGN §4), for the phases and
+"""Where every artifact lives under the results folder, for the phases and
 for the Snakemake rules alike (which pass wildcards such as ``"{case}"`` as arguments)."""
 
 from __future__ import annotations

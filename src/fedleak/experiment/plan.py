@@ -179,12 +179,16 @@ def points(config: dict) -> list[Point]:
                 for case in case_names(config)
                 for label in sorted(config["defenses"])
                 for strength in config["defenses"][label]["strengths"]]
-    planned = [p for name in targets(config)
-               for selection in config["targets"][name].get("select", [])
-               for p in _selection_points(config, name, selection)]
+    planned = [p for name in targets(config) for p in target_points(config, name)]
     if claim_rows.by_claims(config):
         return claim_rows.kept(config, planned, lambda p: point_keys(config, p))
     return planned
+
+
+def target_points(config: dict, name: str) -> list[Point]:
+    """Every point of target ``name``'s selections (its whole grid, whatever the scale)."""
+    return [p for selection in config["targets"][name].get("select", [])
+            for p in _selection_points(config, name, selection)]
 
 
 def studies(config: dict) -> list[str]:

@@ -7,8 +7,9 @@ restored with each piece, so the result is byte-identical to an uninterrupted ru
 
 ``key`` digests the configuration values the job reads (its phase's ``params``) and the
 code it runs (``experiment.code.job_digest``; ``fedleak <command>`` makes the folder): the
-pieces of another configuration or code are never read. A finished job removes its
-folder.
+pieces of another configuration or code are never read. A kept piece is a cache: one that
+no longer loads (a disk error, a half-copied folder) is discarded with a warning naming it,
+and its work is done again. A finished job removes its folder.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fedleak.experiment import paths
-from fedleak.utils.io import load_torch, save_torch
+from fedleak.utils.io import ArtifactError, load_torch, save_torch
 from fedleak.utils.seeding import global_state, restore_global_state
 
 T = TypeVar("T")
@@ -36,15 +37,31 @@ class Resume:
         """The names of the pieces kept so far."""
         return sorted(p.stem for p in self.folder.glob("*.pt")) if self.folder.is_dir() else []
 
+    def _load(self, name: str, part: str) -> dict | None:
+        """The kept file ``name`` (None: none, or a damaged one, discarded with a warning)."""
+        path = self.folder / f"{name}.pt"
+        if not path.is_file():
+            return None
+        try:
+            kept = load_torch(path)
+            if not isinstance(kept, dict) or {part, "random"} - set(kept):
+                raise ArtifactError(f"{path} holds no kept {part} and generator state")
+            return kept
+        except ArtifactError as error:
+            print(f"fedleak: warning: a damaged kept piece is discarded and its work done "
+                  f"again: {error}", file=sys.stderr)
+            path.unlink()
+            return None
+
     def piece(self, name: str, compute: Callable[[], T], encode: Callable[[T], Any],
               decode: Callable[[Any], T]) -> T:
         """The piece ``name``: as kept, the global generators put back to their state after
         it; else ``compute()``, kept with the generators' state."""
-        path = self.folder / f"{name}.pt"
-        if path.is_file():
-            kept = load_torch(path)
+        kept = self._load(name, "piece")
+        if kept is not None:
             restore_global_state(kept["random"])
             return decode(kept["piece"])
+        path = self.folder / f"{name}.pt"
         value = compute()
         save_torch(path, {"piece": encode(value), "random": global_state()})
         return value
@@ -52,10 +69,9 @@ class Resume:
     def latest(self, name: str, restore: bool = True) -> Any | None:
         """The state last kept as ``name`` (None: none); with ``restore``, the global
         generators put back to their state when it was kept."""
-        path = self.folder / f"{name}.pt"
-        if not path.is_file():
+        kept = self._load(name, "state")
+        if kept is None:
             return None
-        kept = load_torch(path)
         if restore:
             restore_global_state(kept["random"])
         return kept["state"]

@@ -2,7 +2,7 @@
 
 - ``attribute.csv``: one row per (case, defense, strength, adversary, attacker, attribute,
   round, seed), ``attacker`` being ``paper`` (the adversary learnt from clean gradients,
-  §5.4) or ``adaptive`` (it learnt from the setting's defended uploads, issue 33): ASR,
+  §5.4) or ``adaptive`` (it learnt from the setting's defended uploads, decision 0072): ASR,
   chance, learning loss (the FL run's final test loss) and accuracy (the defense's time
   per upload stays in the job's metrics.json: tables are byte-identical from run to run,
   timings are not).

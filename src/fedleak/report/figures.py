@@ -61,7 +61,7 @@ METRIC_LABELS = {
 def _pmm_panel(ax: plt.Axes, data: pd.DataFrame, styles: dict[str, dict], title: str,
                metric: str = "psnr") -> None:
     """One curve per defense through its strengths (labelled where they do not overlap),
-    the undefended run as a star; the adaptive attacker's rows (``attacker``, issue 33),
+    the undefended run as a star; the adaptive attacker's rows (``attacker``, decision 0072),
     where there are any, as a dashed curve with hollow markers beside each defense's."""
     data = data.dropna(subset=["pmm", metric]).sort_values(["defense", "strength"])
     ax.set(title=title, xlabel="PMM (%)", ylabel=METRIC_LABELS[metric])

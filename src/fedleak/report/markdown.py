@@ -120,9 +120,9 @@ def write_report(tables: dict[str, pd.DataFrame], figures: list[Path],
     if departures:
         sections += ["## Departures from the paper",
                      "\n".join(_departure_line(d) for d in departures)]
-    if "matched_utility" in tables:  # the one table people ask for first (issue 33)
+    if "matched_utility" in tables:  # the one table people ask for first (decision 0071)
         sections += markdown_section(tables["matched_utility"])
-    if "protocol_ranking" in tables:  # the protocols side by side (issue 48)
+    if "protocol_ranking" in tables:  # the protocols side by side (decision 0102)
         sections += protocol_ranking.markdown_section(tables["protocol_ranking"])
     for target in targets:
         sections += _target_section(target, report_path)

@@ -1,4 +1,4 @@
-"""Which defense protects best at the same utility (issue 33): every defense's privacy
+"""Which defense protects best at the same utility (decision 0071): every defense's privacy
 against each attack at PMM 90, 95 and 99 % (Refiner §5.3's PMM = defended accuracy /
 undefended accuracy x 100, a percent as in ``utility.csv`` and ``tradeoff.csv``).
 
@@ -43,7 +43,7 @@ otherwise it and every reached defense whose interval overlaps its are ``tied`` 
 comparison whose intervals overlap is a tie, not a win; a defense without an interval, from
 one victim, ties with all); every other defense is ``no`` (all ``no`` where none reaches p).
 
-**The strongest attacker** (issue 47). Where a case has several attacks or attackers, each
+**The strongest attacker** (decision 0097). Where a case has several attacks or attackers, each
 (case, pmm, defense) also gets a row with ``attack`` ``any`` and ``attacker``
 ``strongest``: of the rows that reach that PMM, the one with the highest PSNR (the first by
 attack and attacker of equal ones), its interval and strengths, and in ``reached_by`` the

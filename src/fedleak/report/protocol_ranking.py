@@ -1,4 +1,4 @@
-"""Does the ranking of defenses change with the FL protocol (issue 48)? The matched-utility
+"""Does the ranking of defenses change with the FL protocol (decision 0102)? The matched-utility
 table (``matched_utility.csv``) of a configuration with several ``protocols:`` (FedSGD, one
 gradient; FedAvg, K local steps on a batch of B) judges every defense at PMM 90, 95 and 99 %
 under each protocol against its own undefended run; this puts the protocols side by side.

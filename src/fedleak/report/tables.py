@@ -25,7 +25,8 @@ BEST_IN_BATCH = {"psnr": np.max, "ssim": np.max, "mse": np.min, "lpips": np.min,
 # weights, uploads or pixels); such NaNs are never averaged: means skip them, `failed` counts
 UTILITY_COLUMNS = ["case", "defense", "strength", "seed", "final_accuracy", "test_loss",
                    "fallback_rate", "pmm", "failure"]
-# `attacker`: `paper`, or `adaptive` (attack.attacker.adaptive: EOT through the defense, issue 33)
+# `attacker`: `paper`, or `adaptive` (attack.attacker.adaptive: EOT through the defense,
+# decision 0072)
 PRIVACY_COLUMNS = [
     "case", "defense", "strength", "attack", "attacker", "seed", "victim", "label_correct",
     *VICTIM_METRICS, "fallback", "stop_reason", "failure",
@@ -125,7 +126,8 @@ def victim_rows(path: Path) -> list[dict]:
             rows.append({
                 **{k: job[k] for k in ("case", "setting", "defense", "strength", "seed")},
                 "attack": label, "final_loss": v.get("final_loss"),
-                # metrics written before issue 33 carry no attacker: the paper's attack
+                # metrics written before the adaptive attacker (decision 0072) carry no
+                # attacker: the paper's attack
                 "attacker": v.get("attacker", PAPER),
                 **{k: np.nan if v.get(k) is None else v[k]
                    for k in ["victim", *VICTIM_METRICS, "wall_time", "stop_reason"]},

@@ -86,9 +86,9 @@ def _kind(reason: str) -> str:
                       ("not run", "rows not run"), ("iterations", "attack budgets cut"),
                       ("FL seed", "too few FL seeds"), ("victims a side", "too few victims"),
                       ("fixed setting", "too few fixed settings"),
-                      ("not measured", "a metric not measured"),
+                      ("regime entry", "no regime stated"),
                       ("undefended", "an undefended attack or FL out of regime"),
-                      ("regime entry", "no regime stated"), ("interval", "no interval"),
+                      ("not measured", "a metric not measured"), ("interval", "no interval"),
                       ("units", "no interval")):
         if key in reason:
             return text

@@ -1,4 +1,4 @@
-"""Deterministic seeding (DESIGN §6, §9)."""
+"""Deterministic seeding."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Phase ``attack``: one job per (case, setting, seed) runs the job's attack labels, each
 against the same defended uploads of its victims (``experiment.victims``), with the
 adaptive attacker of a label in ``attack.attacker.adaptive`` (EOT through the setting's defense,
-issue 33) on the same victims; metrics per victim (``experiment.records``).
+decision 0072) on the same victims; metrics per victim (``experiment.records``).
 
 Declares the artifacts only attacks load: the generator prior (``gan``: the pipeline's
 DCGAN of a dataset, or the pretrained ``gan.weights``), its untrained architecture
@@ -155,9 +155,10 @@ def build_attack(job: Job, label: str, model: torch.nn.Module, defense: defenses
 
 def build_adaptive(job: Job, label: str, model: torch.nn.Module, defense: defenses.Defense,
                    seed: int) -> attacks.base.Attack:
-    """The adaptive attacker of ``label`` (``attack.attacker.adaptive``, issue 33): EOT wrapping the
-    label's attack and parameters, its trial gradients through ``defense``'s adaptive
-    transformation, ``attack.attacker.adaptive_samples`` draws of a random defense per step."""
+    """The adaptive attacker of ``label`` (``attack.attacker.adaptive``, decision 0072):
+    EOT wrapping the label's attack and parameters, its trial gradients through
+    ``defense``'s adaptive transformation, ``attack.attacker.adaptive_samples`` draws of a
+    random defense per step."""
     name, params = plan.attack_of(job.resolved, label)
     loaded = artifacts.loaded({k: v for k, v in attack_needs(job, label).items()
                                if v != "defense"}, job, model)

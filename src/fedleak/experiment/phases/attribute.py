@@ -7,7 +7,7 @@ train split, ``attribute.batch_size`` per upload) made as FL clients make theirs
 the setting's defense. ASR is the adversary's accuracy on D_test; the setting's learning
 loss is its FL run's final test loss (§5.5).
 
-With ``attribute.adaptive`` (issue 33) every adversary is also fitted on D_train's
+With ``attribute.adaptive`` (decision 0072) every adversary is also fitted on D_train's
 *defended* uploads: each public upload made as a client makes its own
 (``fl.client_context`` through the setting's defense), the defense's randomness drawn from
 a seed of its own (``seeds``' ``public``, not the victims'). That defense-aware adversary
