@@ -37,7 +37,8 @@ from fedleak.utils.keys import same
 from fedleak.utils.metric_kinds import FL_METRICS, kind_of, statistic
 
 MEASURED_COLUMNS = ["claim", "ours", "ci_low", "ci_high", "method", "n_of", "n_to",
-                    "seeds_of", "seeds_to", "paired", "rows", "attacks", "datasets", "unmet"]
+                    "units_of", "units_to", "seeds_of", "seeds_to", "paired", "rows", "attacks",
+                    "datasets", "unmet"]
 PICKS = 1000
 RARE = 0.025  # a pick made less often than this is not the interval's
 
@@ -230,7 +231,8 @@ def measure(claim: Mapping, spec: Mapping, table: pd.DataFrame, source: pd.DataF
 
     wheres = [dict(claim["of"])] + ([{**claim["of"], **claim["to"]}] if "to" in claim else [])
     row = {"claim": claim["id"], "ours": np.nan, "ci_low": np.nan, "ci_high": np.nan,
-           "method": "", "n_of": 0, "n_to": 0, "seeds_of": 0, "seeds_to": 0, "paired": False,
+           "method": "", "n_of": 0, "n_to": 0, "units_of": 0, "units_to": 0, "seeds_of": 0,
+           "seeds_to": 0, "paired": False,
            "rows": "", "attacks": "", "datasets": "", "unmet": ""}
     if "best" in claim:
         picks = [_picks(table, frames, keys, w, claim, kind, over) for w in wheres]
@@ -257,6 +259,7 @@ def measure(claim: Mapping, spec: Mapping, table: pd.DataFrame, source: pd.DataF
         "ours": first.estimate, "ci_low": min(m.low for _, m, _ in made),
         "ci_high": max(m.high for _, m, _ in made), "method": first.method,
         "n_of": counts[0], "n_to": counts[1] if len(counts) > 1 else 0,
+        "units_of": len(sides[0]), "units_to": len(sides[1]) if len(sides) > 1 else 0,
         "seeds_of": int(sides[0]["seed"].nunique()),
         "seeds_to": int(sides[1]["seed"].nunique()) if len(sides) > 1 else 0,
         "paired": paired,

@@ -165,9 +165,9 @@ def requirement_reasons(claim: Mapping, measured: Mapping, regime: Mapping,
         if have < seeds:
             reasons.append(f"{have} FL seed{'s' * (have != 1)} a side, "
                            f"{'PMM' if 'pmm' in claim['metric'] else 'utility'} needs {seeds}")
-    if kind == "attack":
+    if kind == "attack":  # the victims attacked (a metric over the successes counts fewer)
         victims = own.get("victims", regime.get("victims", 16))
-        have = min(measured["n_of"], measured["n_to"] or measured["n_of"])
+        have = min(measured["units_of"], measured["units_to"] or measured["units_of"])
         if have < victims:
             reasons.append(f"{have} victims a side, the claim needs {victims}")
     if kind in ("attribute", "study"):
