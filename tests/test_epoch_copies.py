@@ -133,8 +133,9 @@ def test_fl_clients_train_their_local_epochs(digits):
 def test_per_epoch_copies_recover_a_client_s_epochs_far_better_than_one_gradient(digits):
     """Clients of 4 digits (16x16, distinct labels, known) training 3 epochs in mini-batches
     of 2 at lr 0.03: Inverting Gradients (200 iterations) through per-epoch copies (no
-    prior) against the single-gradient objective on the same uploads, paired 95 % interval
-    over 4 clients (m76: +8.1 dB [4.0, 12.2] over 6 at 300 iterations)."""
+    prior) against the single-gradient objective on the same uploads: a mean gain above 4 dB
+    whose paired 95 % t interval over 4 clients excludes zero (m76: +8.1 dB [4.0, 12.2] over
+    6 at 300 iterations)."""
     x16 = torch.nn.functional.interpolate(digits.x, size=(16, 16), mode="bilinear",
                                           antialias=True, align_corners=False).clamp(0, 1)
     rng, gains = np.random.default_rng(5), []
@@ -155,7 +156,7 @@ def test_per_epoch_copies_recover_a_client_s_epochs_far_better_than_one_gradient
         gains.append(psnr[0] - psnr[1])
     low, high = interval(np.array(gains))
     print(f"gain per client {np.round(gains, 1).tolist()} dB, 95 % CI [{low:.1f}, {high:.1f}]")
-    assert low > 2
+    assert low > 0 and np.mean(gains) > 4
 
 
 @pytest.mark.slow
