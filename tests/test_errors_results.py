@@ -1,6 +1,7 @@
 """The results folder itself: a file, a broken link or a folder in the wrong place, or a
 folder this user cannot write stops `snakemake` before any job with one line naming the
-path and what to do, and leaves what is there as it was."""
+path and what to do, and leaves what is there as it was; `fedleak clean` finds the kept
+pieces no planned job reads."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import os
 import subprocess
 
 import pytest
+import yaml
+from conftest import REPO
 from test_pipeline import ENV, SNAKEMAKE, copy_project
 
-from fedleak.experiment import paths
+from fedleak import cli
+from fedleak import config as cfg
+from fedleak.experiment import configuration, kept, paths, phases, pipeline
 
 DRY = [*SNAKEMAKE, "-n", "--configfile", "config/test.yaml"]
 
@@ -107,3 +112,38 @@ def test_a_folder_inside_results_this_user_cannot_write_is_named(tmp_path, monke
     assert "(owner " in problem and "chmod u+w" in problem
     monkeypatch.undo()
     assert paths.results_problem(results) is None  # writable: nothing to say
+
+
+def test_clean_lists_and_removes_the_kept_pieces_no_planned_job_reads(tmp_path, capsys,
+                                                                       monkeypatch):
+    """Kept pieces of two configurations (the test one, and one with FL rounds 6): `fedleak
+    clean` on the first lists the other's folders with their sizes and removes nothing;
+    with --remove they go and the first's stay."""
+    monkeypatch.chdir(REPO)
+    results = tmp_path / "results"
+    first = configuration.load(REPO / "config" / "test.yaml")
+    other = tmp_path / "rounds6.yaml"
+    raw = cfg.read(REPO / "config" / "test.yaml")
+    other.write_text(yaml.safe_dump({**raw, "fl": {**raw["fl"], "rounds": 6}}))
+    fl = phases.load("fl_run")
+
+    def pieces(config):
+        folders = [kept.folder(fl, config, results, identity)
+                   for identity in pipeline.walk(config, results)["fl_run"]]
+        for folder in folders:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "state.pt").write_bytes(b"\0" * 2000)
+        return folders
+
+    mine, theirs = pieces(first), pieces(configuration.load(other))
+    assert not set(mine) & set(theirs)
+    assert cli.main(["clean", "--config", "config/test.yaml", "--results", str(results)]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split()[-1] for line in listed[:-1]] == sorted(map(str, theirs))
+    assert all(line.split()[:2] == ["2.0", "kB"] for line in listed[:-1])
+    assert listed[-1].startswith(f"{len(theirs)} folder(s), {2.0 * len(theirs):.1f} kB")
+    assert all(f.is_dir() for f in theirs)
+    assert cli.main(["clean", "--config", "config/test.yaml", "--results", str(results),
+                     "--remove"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"removed {len(theirs)}")
+    assert all(f.is_dir() for f in mine) and not any(f.exists() for f in theirs)

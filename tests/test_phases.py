@@ -33,6 +33,37 @@ def test_dvc_yaml_is_made_from_the_phases_declarations():
     assert (REPO / "dvc.yaml").read_text() == dvc.dvc_yaml(REPO)
 
 
+def test_a_second_clone_names_its_own_files_and_says_when_the_imported_package_differs(
+        tmp_path):
+    """A reviewer's clone whose environment imports the first checkout's package (an
+    editable install made there): dvc.yaml names the clone's files, relative, and the jobs'
+    digests read them; once the clone's files differ, `fedleak dvc-yaml` (and every
+    snakemake start) says so in one line."""
+    import subprocess
+    import sys
+
+    from test_pipeline import ENV, copy_project
+
+    clone = copy_project(tmp_path / "review")
+    config = configuration.load(REPO / "config" / "test.yaml")
+    aggregate = phases.load("aggregate")
+    imported = code.job_digest(aggregate, config, tmp_path, {}, REPO)
+
+    def dvc_yaml():
+        made = subprocess.run([sys.executable, "-m", "fedleak.cli", "dvc-yaml"], cwd=clone,
+                              env=ENV, capture_output=True, text=True, check=True)
+        assert made.stdout == (clone / "dvc.yaml").read_text()
+        return made.stderr.splitlines()
+
+    assert dvc_yaml() == []
+    figures = clone / "src" / "fedleak" / "report" / "figures.py"
+    figures.write_text(figures.read_text() + "\n# an edit in the clone\n")
+    warning = dvc_yaml()
+    assert len(warning) == 1 and warning[0].startswith("fedleak: warning: the imported package")
+    assert str(code.ROOT) in warning[0] and str(figures.parents[1]) in warning[0]
+    assert code.job_digest(aggregate, config, tmp_path, {}, clone) != imported
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 @pytest.mark.parametrize("scale", ["full", "reduced", "smoke"])
 def test_every_job_reads_only_outputs_of_the_phases_it_declares(path, scale, tmp_path):

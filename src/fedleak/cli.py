@@ -12,15 +12,13 @@ identity; outputs go under ``--results`` (default ``results``).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
 
 from fedleak import config as cfg
-from fedleak.experiment import code, configuration, paths, phases
+from fedleak.experiment import code, configuration, kept, phases
 from fedleak.experiment.phase import WILDCARDS
-from fedleak.experiment.resume import Resume
 
 
 def _list(args, config: dict | None) -> None:
@@ -78,8 +76,6 @@ def _estimate(args, config: dict) -> None:
 
 
 def _verdicts(args, config: dict | None) -> None:
-    import json
-
     import pandas as pd
 
     from fedleak.report.verdicts import CLAIM_COLUMNS, REGIME_COLUMNS
@@ -118,9 +114,15 @@ def _verify(args, config: dict | None) -> None:
     verify(args.root)
 
 
+def _clean(args, config: dict) -> None:
+    print(kept.clean(config, args.results, args.remove), end="")
+
+
 def _dvc_yaml(args, config: dict | None) -> None:
     from fedleak.experiment.dvc import dvc_yaml
 
+    if warning := code.foreign(args.root):
+        print(f"fedleak: warning: {warning}", file=sys.stderr)
     print(dvc_yaml(args.root), end="")
 
 
@@ -140,6 +142,9 @@ TOOLS = {
                  ["claims"]),
     "verify": (_verify, "hash every output dvc.lock records again (after `dvc pull`) and name "
                "what differs", ["root"]),
+    "clean": (_clean, "list the kept pieces of killed jobs (results/partial/) that no "
+              "planned job of the configuration reads, with their sizes; --remove deletes "
+              "them", ["remove"]),
     "dvc-yaml": (_dvc_yaml, "print dvc.yaml, made from the phases' declarations", ["root"]),
 }
 NO_CONFIG = ("list", "targets", "verdicts", "verify", "dvc-yaml")
@@ -174,6 +179,7 @@ ARGUMENTS = {
     "scale": {"choices": ("full", "reduced", "smoke"),
               "help": "at this scale, as `--config scale=reduced` (default: the "
                       "configuration's own)"},
+    "remove": {"action": "store_true", "help": "delete what is listed"},
     "by": {"choices": ("target", "claim"), "default": "target",
            "help": "a row per target (default) or per claim: the jobs its rows and regime "
                    "need alone"},
@@ -184,20 +190,10 @@ POSITIONAL = ("configs", "claims", "target_names")
 def _run_phase(phase):
     def run(args, config: dict) -> None:
         identity = {w: getattr(args, w) for w in phase.wildcards}
-        kept = {"resume": _resume(phase, config, args.results, identity)} \
+        pieces = {"resume": kept.resume(phase, config, args.results, identity)} \
             if phase.resumable else {}
-        phase.run(config, args.results, **identity, **kept)
+        phase.run(config, args.results, **identity, **pieces)
     return run
-
-
-def _resume(phase, config: dict, results: Path, identity: dict) -> Resume:
-    """Where a job keeps its finished pieces: a folder of its own, named by the
-    configuration values it reads and the code it runs."""
-    digest = hashlib.sha256(json.dumps(phase.params(config, identity), sort_keys=True,
-                                       default=str).encode())
-    digest.update(code.job_digest(phase, config, results, identity).encode())
-    parts = [part.format(**identity) for part in phase.path_parts()]
-    return Resume(paths.partial_dir(results, phase.name, parts) / digest.hexdigest()[:16])
 
 
 def _parser(only: str | None = None) -> argparse.ArgumentParser:

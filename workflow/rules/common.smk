@@ -60,6 +60,11 @@ def load_config():
         sys.exit(f"fedleak: {error}")
 
 
+# The digests read this checkout's files; a package imported from another tree, with other
+# files, is what the jobs would run: say so.
+FOREIGN_PACKAGE = code.foreign(workflow.basedir) if workflow.is_main_process else None
+if FOREIGN_PACKAGE:
+    print(f"fedleak: warning: {FOREIGN_PACKAGE}", file=sys.stderr)
 VALIDATED = load_config()
 config.clear()
 config.update(VALIDATED)
@@ -106,7 +111,7 @@ def rule_code(phase):
     """A digest of the package modules a job runs (a change to one re-runs the job through
     its params; experiment.code)."""
     return lambda wildcards: code.job_digest(phase, config, RESULTS,
-                                             identity(phase, wildcards))
+                                             identity(phase, wildcards), workflow.basedir)
 
 
 def rule_inputs(phase):

@@ -26,15 +26,44 @@ from pathlib import Path
 from fedleak.experiment import artifacts, phases
 
 PACKAGE = "fedleak"
-ROOT = Path(__file__).resolve().parents[1]  # src/fedleak
+ROOT = Path(__file__).resolve().parents[1]  # the imported package's folder, src/fedleak
 
 
-def file_of(module: str) -> Path | None:
-    """The source file of ``fedleak.<...>`` ``module`` (None: not a module of the package)."""
+def source(start: Path | str = ".") -> Path:
+    """The package folder of the checkout at ``start`` (``start/src/fedleak``), whatever
+    the environment imports; the imported one where ``start`` holds none."""
+    own = Path(start).resolve() / "src" / PACKAGE
+    return own if (own / "__init__.py").is_file() else ROOT
+
+
+def foreign(start: Path | str = ".") -> str | None:
+    """One line when the checkout at ``start`` holds a package whose files differ from
+    the imported one's (an editable install made in another clone): its jobs run the
+    imported code, while the digests and dvc.yaml read the checkout's. None otherwise."""
+    own = source(start)
+    if own == ROOT or _tree(own) == _tree(ROOT):
+        return None
+    return (f"the imported package {ROOT} is not this checkout's {own}, and their files "
+            f"differ: jobs run the imported code; run `pip install -e .` here")
+
+
+@cache
+def _tree(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(f"{path.relative_to(root).as_posix()}\n".encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def file_of(module: str, root: Path = ROOT) -> Path | None:
+    """The source file of ``fedleak.<...>`` ``module`` under the package folder ``root``
+    (None: not a module of the package)."""
     parts = module.split(".")
     if parts[0] != PACKAGE:
         return None
-    base = ROOT.joinpath(*parts[1:])
+    base = root.joinpath(*parts[1:])
     for path in (base.with_suffix(".py"), base / "__init__.py"):
         if path.is_file():
             return path
@@ -42,9 +71,9 @@ def file_of(module: str) -> Path | None:
 
 
 @cache
-def imports(module: str) -> frozenset[str]:
+def imports(module: str, root: Path = ROOT) -> frozenset[str]:
     """The package's modules that ``module``'s source imports anywhere in it."""
-    tree = ast.parse(file_of(module).read_text())
+    tree = ast.parse(file_of(module, root).read_text())
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -52,12 +81,13 @@ def imports(module: str) -> frozenset[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:  # a submodule, else a name of the module itself
                 sub = f"{node.module}.{alias.name}"
-                found.add(sub if file_of(sub) is not None else node.module)
-    return frozenset(name for name in found if file_of(name) is not None)
+                found.add(sub if file_of(sub, root) is not None else node.module)
+    return frozenset(name for name in found if file_of(name, root) is not None)
 
 
-def closure(modules: Iterable[str]) -> list[Path]:
-    """Every source file that running ``modules`` imports, theirs included, sorted."""
+def closure(modules: Iterable[str], root: Path = ROOT) -> list[Path]:
+    """Every source file under ``root`` that running ``modules`` imports, theirs included,
+    sorted."""
     seen: set[str] = set()
     todo = list(modules)
     while todo:
@@ -67,14 +97,16 @@ def closure(modules: Iterable[str]) -> list[Path]:
         seen.add(module)
         parts = module.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # its packages
-        todo += imports(module)
-    return sorted(file_of(module) for module in seen)
+        todo += imports(module, root)
+    return sorted(file_of(module, root) for module in seen)
 
 
 def files(modules: Iterable[str], start: Path | str = ".") -> list[str]:
-    """:func:`closure` as paths relative to ``start`` where the package lies under it."""
-    return [os.path.relpath(path, start) if path.is_relative_to(Path(start).resolve())
-            else str(path) for path in closure(modules)]
+    """:func:`closure` in the checkout at ``start`` (:func:`source`), as paths relative to
+    ``start`` where the package lies under it."""
+    start = Path(start).resolve()
+    return [os.path.relpath(path, start) if path.is_relative_to(start) else str(path)
+            for path in closure(modules, source(start))]
 
 
 def job_modules(phase, config: dict, results: Path, identity: dict) -> frozenset[str]:
@@ -95,16 +127,18 @@ def _files(modules: frozenset[str], start: str) -> list[str]:
     return files(sorted(modules), start)
 
 
-def job_digest(phase, config: dict, results: Path, identity: dict) -> str:
-    """sha256 of the source files one job runs (:func:`job_files`), each named by its path
-    inside the package: the same in every clone, changed by an edit of one of them."""
-    return _digest(job_modules(phase, config, results, identity))
+def job_digest(phase, config: dict, results: Path, identity: dict,
+               start: Path | str = ".") -> str:
+    """sha256 of the source files one job runs (:func:`job_files`, in the checkout at
+    ``start``), each named by its path inside the package: the same in every clone,
+    changed by an edit of one of them."""
+    return _digest(job_modules(phase, config, results, identity), source(start))
 
 
 @cache
-def _digest(modules: frozenset[str]) -> str:
+def _digest(modules: frozenset[str], root: Path) -> str:
     digest = hashlib.sha256()
-    for path in closure(sorted(modules)):
-        digest.update(f"{path.relative_to(ROOT).as_posix()}\n".encode())
+    for path in closure(sorted(modules), root):
+        digest.update(f"{path.relative_to(root).as_posix()}\n".encode())
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
