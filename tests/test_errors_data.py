@@ -194,3 +194,18 @@ def test_each_phase_names_a_missing_prepared_data_folder_in_one_line(capsys, tmp
                                  *PHASE_JOBS[command]],
                         f"no prepared dataset at {tmp_path / 'data' / 'digits'}",
                         "fedleak prepare-data --dataset digits")
+
+
+def test_fedleak_validate_names_a_missing_evaluation_network_dataset(tmp_path, capsys):
+    """Refiner's evaluation network on TinyImageNet whose root points nowhere: `fedleak
+    validate` says so in one warning line (a run stops on it before any job, as the
+    dataset roots above)."""
+    path = tmp_path / "evalnet.yaml"
+    path.write_text(f"datasets: {{tinyimagenet: {{root: '{tmp_path / 'nowhere'}'}}}}\n"
+                    f"evalnet: {{dataset: tinyimagenet}}\n"
+                    f"cases: [{{dataset: digits, model: lenet}}]\n"
+                    f"defenses: {{refiner: {{strengths: [0.1]}}}}\n")
+    assert cli.main(["validate", "--config", str(path)]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"fedleak validate: warning: dataset 'tinyimagenet' not found at {tmp_path / 'nowhere'}")

@@ -38,6 +38,16 @@ def _validate(args, config: dict) -> None:
           f"{len(plan.attack_labels(config))} attacks, {len(config['cases'])} cases)")
     for line in claims.untestable_lines(config):
         print(line)
+    for reason in _missing_data(config, args.results):  # a run stops on it before any job
+        print(f"fedleak validate: warning: {reason}", file=sys.stderr)
+
+
+def _missing_data(config: dict, results: Path) -> list[str]:
+    from fedleak.experiment import pipeline
+    from fedleak.experiment.phases.prepare_data import missing
+
+    return missing(config, results, [j["dataset"] for j in
+                                     pipeline.walk(config, results)["prepare_data"]])
 
 
 def _plan(args, config: dict) -> None:
