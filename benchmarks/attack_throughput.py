@@ -33,6 +33,13 @@ BatchNorm (ResNet-18): the models stay in training mode, as the client computed
 the observed gradient; every path normalises with each problem's own batch statistics
 (the vectorised path per stacked problem, without writing the running statistics).
 
+Against the machine: ``{path}_gflops`` is each path's achieved GFLOP/s, the FLOPs of one
+iteration (forward, backward with its graph, the matching loss and the second backward,
+counted by ``torch.utils.flop_counter.FlopCounterMode`` as a run of two iterations less a
+run of one, so that the set-up and the final scoring cancel) x iterations / median wall
+seconds; ``matmul_gflops`` the same process's float32 matmul rate on the same threads
+(the best of five 2048x2048 products), and ``{path}_peak_share`` the ratio of the two.
+
 Sanity check: ``{path}_gradient_distance`` is the cosine distance between the gradient
 at each path's reconstruction (last timed run) and the observed one, averaged over
 victims; after the same iterations the paths should be close (with ``--tv 0`` on the
@@ -153,6 +160,35 @@ def gradient_distance(observed: list[attacks.Observation], images: list[torch.Te
         for obs, x in zip(observed, images))
 
 
+def flops_per_iteration(run: Runner, observed: list[attacks.Observation], params: dict
+                        ) -> float:
+    """FLOPs of one iteration of ``run`` over all problems: a run of two iterations less a
+    run of one (torch's FLOP counter: matmuls and convolutions, forward and backward)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counts = []
+    for iterations in (1, 2):
+        with FlopCounterMode(display=False) as counter:
+            run(observed, {**params, "iterations": iterations})
+        counts.append(counter.get_total_flops())
+    return float(counts[1] - counts[0])
+
+
+def matmul_gflops(device: torch.device, n: int = 2048, repeats: int = 5) -> float:
+    """The best float32 rate of an n x n matmul on ``device``, in GFLOP/s."""
+    a, b = (torch.rand(n, n, device=device) for _ in range(2))
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first warms up
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * n ** 3 / best / 1e9
+
+
 def timed(run: Runner, observed: list[attacks.Observation], params: dict,
           device: torch.device) -> tuple[float, float, list[torch.Tensor]]:
     """(wall seconds, process CPU seconds, reconstructions) of one run."""
@@ -215,6 +251,7 @@ def main() -> None:
                if d == "cpu" or torch.cuda.is_available()]
     rows = []
     for device in devices:
+        peak = matmul_gflops(device)
         for name in args.models:
             torch.manual_seed(0)
             model = models.build(name, 3, 10, 32).to(device)
@@ -237,6 +274,11 @@ def main() -> None:
                         row[f"{path}_{kind}seconds_max"] = max(values)
                         row[f"{path}_{kind}iterations_per_s"] = work / median
                     row[f"{path}_gradient_distance"] = gradient_distance(observed, images[path])
+                    flops = flops_per_iteration(paths[path], observed, params)
+                    row[f"{path}_gflops"] = flops * params["iterations"] / row[
+                        f"{path}_seconds"] / 1e9
+                    row[f"{path}_peak_share"] = row[f"{path}_gflops"] / peak
+                row["matmul_gflops"] = peak
                 # throughput ratios, from the median times
                 pairs = [("speedup", "vectorised", "loop")] + [
                     (f"{fast}_vs_breaching", fast, "breaching")
@@ -254,7 +296,8 @@ def main() -> None:
     table.to_csv(args.out, index=False, float_format="%.6g", lineterminator="\n")
     ratios = [c for c in table.columns if c.endswith(("speedup", "_vs_breaching"))]
     print(table[["device", "model", "problems", *(f"{p}_iterations_per_s" for p in paths),
-                 *ratios]].to_string(index=False))
+                 *ratios, *(f"{p}_peak_share" for p in paths), "matmul_gflops"]
+                ].to_string(index=False))
     print(f"wrote {args.out}")
 
 
