@@ -38,7 +38,9 @@ def interrupted(resume: Resume, after: int):
     return kept
 
 
-def test_an_attack_resumes_after_its_last_kept_chunk(digits, tmp_path):
+def killed_attack(digits, tmp_path):
+    """Inverting Gradients on 4 victims, run whole and then killed after 2 kept chunks:
+    the attack, its observations, the whole run's reconstructions and the kept pieces."""
     observations = [observe_defended(v, "none") for v in lenet_victims(digits, 4)]
     attack = attacks.build("inverting_gradients", iterations=8, seed=3)
     whole = attacks.reconstruct_all(attack, observations, engine="loop")
@@ -46,6 +48,11 @@ def test_an_attack_resumes_after_its_last_kept_chunk(digits, tmp_path):
     with pytest.raises(Killed):
         attacks.reconstruct_all(attack, observations, engine="loop",
                                 kept=interrupted(resume, 2))
+    return attack, observations, whole, resume
+
+
+def test_an_attack_resumes_after_its_last_kept_chunk(digits, tmp_path):
+    attack, observations, whole, resume = killed_attack(digits, tmp_path)
     assert sorted(p.name for p in resume.folder.iterdir()) == ["ig.0.pt", "ig.1.pt"]
     computed = []
 
@@ -189,13 +196,7 @@ def damage(path) -> None:
 
 
 def test_a_damaged_kept_attack_chunk_is_recomputed_with_a_warning(digits, tmp_path, capsys):
-    observations = [observe_defended(v, "none") for v in lenet_victims(digits, 4)]
-    attack = attacks.build("inverting_gradients", iterations=8, seed=3)
-    whole = attacks.reconstruct_all(attack, observations, engine="loop")
-    resume = Resume(tmp_path / "job")
-    with pytest.raises(Killed):
-        attacks.reconstruct_all(attack, observations, engine="loop",
-                                kept=interrupted(resume, 2))
+    attack, observations, whole, resume = killed_attack(digits, tmp_path)
     damage(resume.folder / "ig.1.pt")
     computed = []
 
