@@ -1,8 +1,8 @@
-# fedleak: the whole chain from raw data to tables, figures and report.md.
+# gradleak: the whole chain from raw data to tables, figures and report.md.
 #   snakemake --cores all                                       (embedded default, offline, CPU)
 #   snakemake --cores all --configfile config/paper/<paper>.yaml    (that file is the whole config)
 #   snakemake --configfile config/paper/<paper>.yaml --profile workflow/profiles/slurm
-# One rule per pipeline phase, made from its declaration in src/fedleak/experiment/phases/
+# One rule per pipeline phase, made from its declaration in src/gradleak/experiment/phases/
 # (workflow/rules/phases.smk); `snakemake all_<phase>` makes every job of one phase.
 from snakemake.utils import min_version
 

@@ -1,8 +1,8 @@
-"""Iterations per second of Inverting Gradients: fedleak's vectorised engine, its per-victim
+"""Iterations per second of Inverting Gradients: gradleak's vectorised engine, its per-victim
 loop, and the breaching library (Geiping et al.'s own implementation).
 
 Inverting Gradients (Geiping et al., NeurIPS 2020, Eq. 4) on LeNet and ResNet-18
-(fedleak.models.build, 3x32x32 inputs, 10 classes) for 1, 8 and 32 problems
+(gradleak.models.build, 3x32x32 inputs, 10 classes) for 1, 8 and 32 problems
 (victims x restarts), on the CPU and on CUDA when present. The per-victim loop is the
 engine one problem at a time (``reconstruct_all(..., engine="loop")``: victim by victim,
 each trial gradient by autograd on the model); the vectorised path stacks all victims at
@@ -14,19 +14,19 @@ timed runs rotate the order of the paths so that machine noise hits all of them;
 medians are reported with the min and max, with process CPU time beside wall time
 (robust to other processes on a shared machine).
 
-The breaching column (``pip install fedleak[bench]``: breaching 0.1.2; absent, with a
+The breaching column (``pip install gradleak[bench]``: breaching 0.1.2; absent, with a
 printed reason, when it cannot be imported) runs breaching's ``attack=invertinggradients``
 (cosine similarity, TV, Adam on the gradient sign, lr 0.1 with steps at 3/8, 5/8, 7/8,
 box [0, 1], N(0, 1) starts, best restart) on the same observations, model object,
 iterations and restarts: per victim, ``prepare_attack`` and ``reconstruct``, whose
 restarts run one after the other (timed with them: building the attacker, its copy of the
 model, its per-step best-iterate copy and the scoring of each restart). Choices that make
-it the same problem: normalisation mean 0 / std 1 (fedleak's images are the inputs in
-[0, 1]), TV weight ``--tv`` (fedleak's lambda_TV 1e-4 instead of breaching's 0.2; both
+it the same problem: normalisation mean 0 / std 1 (gradleak's images are the inputs in
+[0, 1]), TV weight ``--tv`` (gradleak's lambda_TV 1e-4 instead of breaching's 0.2; both
 weigh a mean of |dx| + |dy|, breaching's with zero padding at the border), the labels
 known, and no buffers sent, so that breaching attacks in training mode with batch
 statistics as the client computed the gradient. On the CPU victim v starts from the
-images fedleak's seed v draws (breaching's global generator seeded v). Compare the three
+images gradleak's seed v draws (breaching's global generator seeded v). Compare the three
 paths at 1 victim x R restarts (``--sizes R --restarts R``), breaching's unit of work.
 
 BatchNorm (ResNet-18): the models stay in training mode, as the client computed
@@ -65,8 +65,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from fedleak import attacks, models
-from fedleak.types import Update
+from gradleak import attacks, models
+from gradleak.types import Update
 
 DEFAULT_ITERATIONS = {"lenet": 20, "resnet18": 2}
 Runner = Callable[[list[attacks.Observation], dict], list[torch.Tensor]]
@@ -230,7 +230,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--tv", type=float, default=1e-4,
-                        help="TV weight of both implementations (fedleak's default)")
+                        help="TV weight of both implementations (gradleak's default)")
     parser.add_argument("--devices", nargs="+", choices=["cpu", "cuda"], default=["cpu", "cuda"],
                         help="where to run (cuda only where present)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/attack_throughput.csv"))

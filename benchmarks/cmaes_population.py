@@ -1,11 +1,11 @@
 """Seconds per CMA-ES round of GGL (Li et al., CVPR 2022): the population scored as one
 stacked batch against one candidate at a time, per model.
 
-One round of GGA's CMA-ES (``fedleak.attacks.gga``) scores ``--population`` latent
+One round of GGA's CMA-ES (``gradleak.attacks.gga``) scores ``--population`` latent
 candidates: each is rendered by the generator, and its trial gradient (formed, then
 transformed by the adaptive T) is compared with the received one. ``stacked`` runs the
 candidates through ``attacks.stacked_gradients.StackedModel`` in chunks; ``loop`` computes
-each candidate's gradient in turn (``torch.autograd.grad``), as fedleak does for models where
+each candidate's gradient in turn (``torch.autograd.grad``), as gradleak does for models where
 stacking does not pay (``engine.Victims.scorer``, stacked or not). Both give the same
 losses up to rounding (tests/test_gga.py). Timed:
 the scoring of one population (the generator's rendering, shared by both, included) on a
@@ -27,10 +27,10 @@ import pandas as pd
 import torch
 from timing import alternating
 
-from fedleak import attacks, defenses, models
-from fedleak.attacks.engine import Victims
-from fedleak.models import ResNet
-from fedleak.models.dcgan import Generator
+from gradleak import attacks, defenses, models
+from gradleak.attacks.engine import Victims
+from gradleak.models import ResNet
+from gradleak.models.dcgan import Generator
 
 DEFENSE_OF = {"none": ("none", {}), "pruning": ("pruning", {"ratio": 0.2}),
               "clipping": ("clipping", {"bound": 4.0}), "soteria": ("soteria", {"ratio": 0.1})}

@@ -3,7 +3,7 @@
 One client update = the defended upload of one batch (default 32 CIFAR-sized
 images, 3x32x32) on LeNet, ResNet-10 and ResNet-18, on the CPU and on CUDA when
 present. Every defense is timed ``--repeats`` times side by side, the order rotated
-each repeat after one warm-up (``fedleak.utils.timing.rotated``, as the pipeline's
+each repeat after one warm-up (``gradleak.utils.timing.rotated``, as the pipeline's
 ``defense_cost`` study, Refiner Table 5's target, times them); the table reports
 medians and the ratio to ``none``.
 A second table times Soteria's vectorised Jacobian against the per-feature loop
@@ -23,9 +23,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from fedleak import defenses
-from fedleak.experiment.studies.defense_cost import build_model, untrained_evalnet
-from fedleak.utils.timing import rotated
+from gradleak import defenses
+from gradleak.experiment.studies.defense_cost import build_model, untrained_evalnet
+from gradleak.utils.timing import rotated
 
 SETTINGS = {
     "none": {}, "dp_gaussian": {"sigma": 0.01}, "dp_laplace": {"scale": 0.01},
@@ -40,7 +40,7 @@ def soteria_speedup(device: torch.device, batches: list[int], sizes: list[int],
     """Soteria's score pass on LeNet: per-feature loop vs vectorised, interleaved."""
     from itertools import product
 
-    from fedleak.defenses.soteria import feature_scores, feature_scores_loop
+    from gradleak.defenses.soteria import feature_scores, feature_scores_loop
 
     rows = []
     for channels, size in product(channel_counts, sizes):

@@ -6,7 +6,7 @@
 #   2. the CUDA cases of tests/test_vectorised.py (every attack stacked and one at a time);
 #   3. benchmarks/fl_device.py: 200 rounds of LeNet FedAvg on random 3x32x32 data on the
 #      CPU and on CUDA, the seconds and the CPU / CUDA ratio;
-#   4. `fedleak estimate` of config/test.yaml and each paper configuration on this machine
+#   4. `gradleak estimate` of config/test.yaml and each paper configuration on this machine
 #      (estimate.csv: a column `config` before estimate's own; the calibration's cache,
 #      one JSON per device, in estimate_cache/).
 # Needs python3 with torch, torchvision, pandas, scipy, scikit-learn, scikit-image,
@@ -58,7 +58,7 @@ step "FL on the CPU and on CUDA (benchmarks/fl_device.py)" 120 \
     python3 benchmarks/fl_device.py --rounds 200 --devices cpu auto --out "$out/fl_device.csv"
 estimates() {
     for config in config/test.yaml config/paper/*.yaml; do
-        FEDLEAK_CACHE="$out/estimate_cache" python3 -m fedleak.cli estimate --config "$config" \
+        GRADLEAK_CACHE="$out/estimate_cache" python3 -m gradleak.cli estimate --config "$config" \
             --format csv | sed "1s/^/config,/; 2,\$s|^|$config,|" > "$out/estimate.part" \
             || return 1
         header=1
@@ -71,6 +71,6 @@ estimates() {
 rm -f "$out/estimate.csv"
 export out
 export -f estimates
-step "fedleak estimate of each configuration on this machine" 300 bash -c estimates
+step "gradleak estimate of each configuration on this machine" 300 bash -c estimates
 echo "device_check: $failed step(s) failed; log in $out/device_check.log"
 exit "$failed"

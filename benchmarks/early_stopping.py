@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedleak import attacks, data, defenses, metrics, models
-from fedleak.utils.seeding import seed_everything
+from gradleak import attacks, data, defenses, metrics, models
+from gradleak.utils.seeding import seed_everything
 
 ATTACKS = {
     "DLG": ("dlg", {"iterations": 300}),

@@ -32,9 +32,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedleak import attacks, data, defenses, metrics, models
-from fedleak.attacks.early_stopping import Stopper, stop_point
-from fedleak.utils.seeding import seed_everything
+from gradleak import attacks, data, defenses, metrics, models
+from gradleak.attacks.early_stopping import Stopper, stop_point
+from gradleak.utils.seeding import seed_everything
 
 ITERATIONS = 300
 PATIENCES, THRESHOLDS = (5, 10, 15), (1e-3, 1e-4, 1e-5, 1e-6)

@@ -1,4 +1,4 @@
-"""`fedleak estimate` against a finished run: the CPU seconds the cost model gives each rule
+"""`gradleak estimate` against a finished run: the CPU seconds the cost model gives each rule
 beside the job wall seconds Snakemake recorded in ``results/benchmarks/`` (each rule's
 ``benchmark:`` file: wall seconds ``s`` and ``cpu_time``, which Snakemake samples every
 second for a job's first 30 s, then every 30 s, so it misses up to that much of a job's
@@ -8,7 +8,7 @@ shared with other work are not (``uptime`` beside the numbers).
 
 The estimate is of the run's own resolved configuration (``results/config.resolved.json``,
 smoke overrides and ``--config`` values included) and its prepared data's manifests (the
-split sizes), with the calibration in ``$FEDLEAK_CACHE`` (measured now where it has no
+split sizes), with the calibration in ``$GRADLEAK_CACHE`` (measured now where it has no
 entry: clear it right before the run so both see the same machine load).
 
     python benchmarks/estimate_check.py RUN_DIR [--out FILE.csv]
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedleak.experiment import configuration, estimate
-from fedleak.utils.io import write_text
+from gradleak.experiment import configuration, estimate
+from gradleak.utils.io import write_text
 
 
 def measured(results: Path) -> pd.DataFrame:

@@ -1,5 +1,5 @@
 """Seconds of one FL phase on each device: FedAvg (``fl.run_federated``, the code
-``fedleak fl-run`` runs, the schema's ``fl:`` defaults otherwise) of LeNet on random
+``gradleak fl-run`` runs, the schema's ``fl:`` defaults otherwise) of LeNet on random
 3x32x32 images in 10 classes, ``--clients`` iid clients all taking part every round with
 one local step on a batch of ``--batch-size``, evaluated every 50 rounds on 512 test
 images, the data put on the device once, the CPU with ``--threads`` torch threads (1: the
@@ -21,13 +21,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedleak import config, defenses, models
-from fedleak.data.image_data import ImageData
-from fedleak.data.splits import partition
-from fedleak.fl import FLSettings, run_federated
-from fedleak.utils.device import resolve, select
-from fedleak.utils.io import write_text
-from fedleak.utils.seeding import seed_everything
+from gradleak import config, defenses, models
+from gradleak.data.image_data import ImageData
+from gradleak.data.splits import partition
+from gradleak.fl import FLSettings, run_federated
+from gradleak.utils.device import resolve, select
+from gradleak.utils.io import write_text
+from gradleak.utils.seeding import seed_everything
 
 FL = config.validate_schema({})["fl"]  # the schema's defaults: server optimiser and learning rates
 

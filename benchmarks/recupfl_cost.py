@@ -17,7 +17,7 @@ RecUP-FL's zoo is the paper's: 20 defender models with hidden widths drawn from 
 attributes costs M times the perturbation.
 
 Each repeat takes the next batch and runs every defense on it, the order rotated by
-one per repeat so that machine noise hits all alike (``fedleak.utils.timing.rotated``,
+one per repeat so that machine noise hits all alike (``gradleak.utils.timing.rotated``,
 as the pipeline's ``defense_cost`` study, RecUP-FL Table 1's target, times them); wall
 and process CPU time (``time.process_time``, robust to other processes on a shared
 machine) are reported as median and interquartile range, with each defense's ratio to
@@ -41,9 +41,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from fedleak import data, defenses, models
-from fedleak.adversaries import features_of, train_zoo
-from fedleak.utils.timing import rotated
+from gradleak import data, defenses, models
+from gradleak.adversaries import features_of, train_zoo
+from gradleak.utils.timing import rotated
 
 DEFENSES = {
     "recupfl": {"epsilon": 0.001, "iterations": 10, "models": 5},

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from fedleak import defenses, models
+from gradleak import defenses, models
 
 
 def measure(model_name: str, batch: int, chunk: int | None, device: str) -> dict:

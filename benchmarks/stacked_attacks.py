@@ -33,10 +33,10 @@ import torch
 from cmaes_population import model_named
 from timing import alternating
 
-from fedleak import attacks, defenses
-from fedleak.attacks.bn_statistics import batch_statistics, batchnorm_layers
-from fedleak.models.dcgan import Generator
-from fedleak.types import Update
+from gradleak import attacks, defenses
+from gradleak.attacks.bn_statistics import batch_statistics, batchnorm_layers
+from gradleak.models.dcgan import Generator
+from gradleak.types import Update
 
 ATTACKS = ["gradinversion", "gias", "gias-zw", "gifd", "dlg", "idlg", "eot", "eot-gifd"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedleak.experiment import configuration
+from gradleak.experiment import configuration
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"
@@ -41,10 +41,11 @@ def _torch_state_as_at_start():
         torch.use_deterministic_algorithms(False)
 
 
-def readme_block(heading: str, language: str, number: int = 1) -> str:
-    """The ``number``-th ``language`` block after the README heading ``heading``."""
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index(heading):]
+def doc_block(doc: str, heading: str, language: str, number: int = 1) -> str:
+    """The ``number``-th ``language`` block after the heading ``heading`` of ``doc`` (the
+    README or a page of the manual, a path from the repository's root)."""
+    text = (REPO / doc).read_text()
+    section = text[text.index(heading):]
     return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)[number - 1]
 
 
@@ -68,7 +69,7 @@ def stacked_and_looped(name: str, params: dict, observations: list) -> tuple[lis
     """Attack ``name`` with ``params`` (a ``seed`` among them) on all ``observations`` through
     ``reconstruct_all``, beside the engine's loop (one problem at a time, victim v with
     seed + v): both lists of Reconstructions and their largest pixel difference."""
-    from fedleak import attacks
+    from gradleak import attacks
 
     stacked = attacks.reconstruct_all(attacks.build(name, **params), observations)
     looped = attacks.reconstruct_all(attacks.build(name, **params), observations, engine="loop")
@@ -93,7 +94,7 @@ def assert_like_the_loop(stacked: list, looped: list, difference: float, problem
 
 @pytest.fixture(scope="session")
 def digits():
-    from fedleak.data import load_digits
+    from gradleak.data import load_digits
 
     return load_digits(channels=1)
 
@@ -112,8 +113,8 @@ def mnist_root() -> Path:
 @pytest.fixture(scope="session")
 def digits_splits(digits):
     """The embedded default's stratified digits splits: {"train", "public", "test"} -> ImageData."""
-    from fedleak.data import ImageData
-    from fedleak.data.splits import stratified_splits
+    from gradleak.data import ImageData
+    from gradleak.data.splits import stratified_splits
 
     parts = stratified_splits(digits.y.numpy(), {"train": 0.6, "public": 0.2, "test": 0.2}, 0)
     return {name: ImageData(digits.x[torch.from_numpy(idx)], digits.y[torch.from_numpy(idx)], 10)
@@ -137,9 +138,9 @@ def made_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path
 @pytest.fixture(scope="session")
 def digits_generator(digits_splits, tmp_path_factory):
     """A DCGAN trained on the public digits split: the attacker's prior (victims: train),
-    saved as `fedleak train-gan` does (training is seeded: the same weights anywhere)."""
-    from fedleak.models.dcgan import load_generator, train_dcgan
-    from fedleak.utils.io import save_torch
+    saved as `gradleak train-gan` does (training is seeded: the same weights anywhere)."""
+    from gradleak.models.dcgan import load_generator, train_dcgan
+    from gradleak.utils.io import save_torch
 
     public = digits_splits["public"].x
 
@@ -157,10 +158,10 @@ def digits_generator(digits_splits, tmp_path_factory):
 @pytest.fixture(scope="session")
 def natural_evalnet(tmp_path_factory):
     """The evaluation network as the embedded default trains it (natural crops, 1 channel),
-    saved as `fedleak train-evalnet` does."""
-    from fedleak.data import load_natural
-    from fedleak.models.evalnet import load_evaluation_network, train_evaluation_network
-    from fedleak.utils.io import save_torch, write_json
+    saved as `gradleak train-evalnet` does."""
+    from gradleak.data import load_natural
+    from gradleak.models.evalnet import load_evaluation_network, train_evaluation_network
+    from gradleak.utils.io import save_torch, write_json
 
     def make(path: Path) -> None:
         natural = load_natural(2000, seed=0, channels=1)
@@ -177,7 +178,7 @@ def lenet_victims(images, count: int, seed: int = 2024) -> list[tuple]:
     """``count`` (model, x, y) triples: a fresh LeNet per victim, images drawn by seed."""
     import numpy as np
 
-    from fedleak.models import LeNet
+    from gradleak.models import LeNet
 
     rng = np.random.default_rng(seed)
     out = []
@@ -190,7 +191,7 @@ def lenet_victims(images, count: int, seed: int = 2024) -> list[tuple]:
 
 def observe_defended(victim, defense: str, **params):
     """What the attacker sees of ``victim``'s update under ``defense`` (seeded)."""
-    from fedleak import attacks, defenses
+    from gradleak import attacks, defenses
 
     model, x, y = victim
     ctx = defenses.DefenseContext(model=model, x=x, y=y, generator=torch.Generator().manual_seed(0))

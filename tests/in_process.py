@@ -1,5 +1,5 @@
 """A configuration's whole plan run in this process: every job of ``pipeline.walk`` through
-the function its ``fedleak <command>`` calls (``Phase.run``), each once the jobs that make
+the function its ``gradleak <command>`` calls (``Phase.run``), each once the jobs that make
 its inputs have run, with the configuration the rules hand their jobs (validated, written
 as ``results/config.resolved.json`` and read back). Each job must make every output
 its phase declares, as Snakemake requires. What it leaves out is Snakemake and a
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from fedleak import config as cfg
-from fedleak.experiment import configuration, paths, phases, pipeline
-from fedleak.utils.io import write_json
+from gradleak import config as cfg
+from gradleak.experiment import configuration, paths, phases, pipeline
+from gradleak.utils.io import write_json
 
 
 def resolved(config_file: Path, results: Path, **overrides) -> dict:

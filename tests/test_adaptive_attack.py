@@ -13,16 +13,16 @@ import torch
 from conftest import lenet_victims, tiny_config
 from conftest import observe_defended as observe
 
-from fedleak import attacks, defenses, metrics
-from fedleak import config as cfg
-from fedleak.attacks.eot import DefenseSamples
-from fedleak.defenses.soteria import defended_layer
-from fedleak.experiment import configuration, paths
-from fedleak.experiment.phases.attack import attack_work, run_attacks
-from fedleak.experiment.phases.fl_run import run_fl
-from fedleak.experiment.phases.prepare_data import prepare_data
-from fedleak.report.tables import privacy_table, tradeoff_table, utility_table
-from fedleak.types import DefenseContext, Setting, Update
+from gradleak import attacks, defenses, metrics
+from gradleak import config as cfg
+from gradleak.attacks.eot import DefenseSamples
+from gradleak.defenses.soteria import defended_layer
+from gradleak.experiment import configuration, paths
+from gradleak.experiment.phases.attack import attack_work, run_attacks
+from gradleak.experiment.phases.fl_run import run_fl
+from gradleak.experiment.phases.prepare_data import prepare_data
+from gradleak.report.tables import privacy_table, tradeoff_table, utility_table
+from gradleak.types import DefenseContext, Setting, Update
 
 CASE = "digits-lenet-iid-k4"
 
@@ -30,7 +30,7 @@ CASE = "digits-lenet-iid-k4"
 @pytest.fixture(scope="module")
 def small_digits(digits_splits):
     """The embedded default's victims: 16x16 digits of the train split."""
-    from fedleak.data import ImageData
+    from gradleak.data import ImageData
 
     train = digits_splits["train"]
     x = torch.nn.functional.interpolate(train.x, size=(16, 16), mode="bilinear",

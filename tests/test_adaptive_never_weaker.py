@@ -11,11 +11,11 @@ import pytest
 import torch
 from conftest import lenet_victims
 
-from fedleak import attacks, defenses, metrics
-from fedleak.adversaries import features_of, train_zoo
-from fedleak.data import ImageData
-from fedleak.report.intervals import interval
-from fedleak.types import DefenseContext, Observation
+from gradleak import attacks, defenses, metrics
+from gradleak.adversaries import features_of, train_zoo
+from gradleak.data import ImageData
+from gradleak.report.intervals import interval
+from gradleak.types import DefenseContext, Observation
 
 IG = {"iterations": 60}
 VICTIMS = 6

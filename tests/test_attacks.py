@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import lenet_victims as victims
 
-from fedleak import attacks, defenses, metrics
-from fedleak.experiment import configuration
+from gradleak import attacks, defenses, metrics
+from gradleak.experiment import configuration
 
 HYBRID = {"kind": "hybrid", "threshold": 1e-5, "patience": 15}  # EPAFL's MNIST setting
 # Undefended DLG converges in 15-25 steps; defended runs stop here. At 100 steps as at 30
@@ -65,7 +65,7 @@ def test_dlg_recovers_most_digits_within_300_steps(digit_victims, dlg_full):
 
 
 def test_idlg_infers_every_single_image_label(digits, mnist_root):
-    from fedleak.data import load_mnist
+    from gradleak.data import load_mnist
 
     for images in (digits, load_mnist(mnist_root)):
         for model, x, y in victims(images, 40, seed=7):
@@ -117,7 +117,7 @@ def test_strongest_defense_drops_dlg_psnr_by_10_db(digit_victims, dlg_hybrid_bas
 def test_hybrid_early_stopping_on_mnist_keeps_success_and_halves_iterations(mnist_root):
     """EPAFL Table 5 behaviour on the real MNIST test set: iDLG-labelled DLG (EPAFL's
     attack), full 300 L-BFGS steps vs hybrid early stopping (T = 1e-5, P = 15)."""
-    from fedleak.data import load_mnist
+    from gradleak.data import load_mnist
 
     pool = victims(load_mnist(mnist_root), 12, seed=42)
     full = [run("idlg", v, seed=i) for i, v in enumerate(pool)]
@@ -137,7 +137,7 @@ def test_hybrid_early_stopping_on_mnist_keeps_success_and_halves_iterations(mnis
 def test_regularisers_compose_by_name_and_name_what_they_miss():
     """``penalty`` sums weight x regulariser by name; a latent term without a latent, or an
     unknown name, says which."""
-    from fedleak.attacks.objectives import Candidate, penalty
+    from gradleak.attacks.objectives import Candidate, penalty
 
     images = torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     z = torch.tensor([[3.0, 4.0], [0.0, 1.0]])

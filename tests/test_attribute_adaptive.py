@@ -14,21 +14,21 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedleak import config as cfg
-from fedleak.experiment import configuration, paths, plan
-from fedleak.experiment.phases.attribute import run_attribute
-from fedleak.experiment.phases.fit_adversaries import fit_adversaries
-from fedleak.experiment.phases.fl_run import run_fl
-from fedleak.experiment.phases.prepare_data import prepare_data
-from fedleak.report.attribute import (
+from gradleak import config as cfg
+from gradleak.experiment import configuration, paths, plan
+from gradleak.experiment.phases.attribute import run_attribute
+from gradleak.experiment.phases.fit_adversaries import fit_adversaries
+from gradleak.experiment.phases.fl_run import run_fl
+from gradleak.experiment.phases.prepare_data import prepare_data
+from gradleak.report.attribute import (
     attribute_gap,
     attribute_table,
     attribute_tradeoff,
     write_attribute_tables,
 )
-from fedleak.report.figures import save_figure
-from fedleak.types import Setting
-from fedleak.utils.io import read_json
+from gradleak.report.figures import save_figure
+from gradleak.types import Setting
+from gradleak.utils.io import read_json
 
 REPO = Path(__file__).resolve().parents[1]
 DP = Setting("dp_gaussian", 0.001)

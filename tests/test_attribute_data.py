@@ -11,12 +11,12 @@ import torch
 from scipy.io import wavfile
 from scipy.stats import chi2_contingency
 
-from fedleak import data, models
-from fedleak.data import attributes as A
-from fedleak.data.adult import ADULT_CONTINUOUS, adult_feature_names
-from fedleak.data.audiomnist import AUDIO_RATE, spectrogram
-from fedleak.data.digit_attributes import slant, stroke_width, within_class_bins
-from fedleak.utils.io import read_json
+from gradleak import data, models
+from gradleak.data import attributes as A
+from gradleak.data.adult import ADULT_CONTINUOUS, adult_feature_names
+from gradleak.data.audiomnist import AUDIO_RATE, spectrogram
+from gradleak.data.digit_attributes import slant, stroke_width, within_class_bins
+from gradleak.utils.io import read_json
 
 PAPER_SHAPES = {"lfw": (3, 62, 47), "celeba": (3, 32, 32), "audiomnist": (1, 64, 64),
                 "adult": (1, 1, 103), "mnist_attributes": (1, 28, 28)}

@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedleak import config as cfg
-from fedleak.experiment import configuration, plan
-from fedleak.report.attribute import attribute_gap, attribute_table, attribute_tradeoff
-from fedleak.report.figures import save_figure
-from fedleak.types import Setting
+from gradleak import config as cfg
+from gradleak.experiment import configuration, plan
+from gradleak.report.attribute import attribute_gap, attribute_table, attribute_tradeoff
+from gradleak.report.figures import save_figure
+from gradleak.types import Setting
 
 CURVES = {  # defense -> [(strength, learning loss, ASR)]
     "none": [(0, 1.0, 0.70)],
@@ -93,11 +93,11 @@ def test_every_setting_shares_the_round_zero_adversaries_and_keeps_its_own_later
 def test_attribute_job_refuses_adversaries_fitted_under_another_model(tmp_path):
     import torch
 
-    from fedleak.experiment.phases.attribute import _saved_adversaries
-    from fedleak.models import LeNet
-    from fedleak.utils.io import ArtifactError, save_torch
+    from gradleak.experiment.phases.attribute import _saved_adversaries
+    from gradleak.models import LeNet
+    from gradleak.utils.io import ArtifactError, save_torch
 
-    path = save_torch(tmp_path / "round0.pt", {"format": "fedleak.adversaries",
+    path = save_torch(tmp_path / "round0.pt", {"format": "gradleak.adversaries",
                                                 "model": "0" * 64, "fitted": {}})
     with pytest.raises(ArtifactError, match=r"round0\.pt holds adversaries that learnt under "
                                             r"another model"):

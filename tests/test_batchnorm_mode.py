@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedleak import attacks, metrics, models
-from fedleak.attacks import Observation
-from fedleak.report.intervals import interval
-from fedleak.types import Update
+from gradleak import attacks, metrics, models
+from gradleak.attacks import Observation
+from gradleak.report.intervals import interval
+from gradleak.types import Update
 
 
 @pytest.mark.slow

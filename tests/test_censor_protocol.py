@@ -12,19 +12,19 @@ import pytest
 import torch
 from conftest import REPO, tiny_config
 
-from fedleak import config as cfg
-from fedleak import data, defenses, models
-from fedleak.data import victims as victim_images
-from fedleak.experiment import configuration, paths, plan
-from fedleak.experiment.job import Job, model_at
-from fedleak.experiment.phases.attack import run_attacks
-from fedleak.experiment.phases.fl_run import run_fl
-from fedleak.experiment.phases.prepare_data import prepare_data, victim_problems
-from fedleak.experiment.records import add_likeness
-from fedleak.experiment.victims import observations, victim_batches
-from fedleak.fl.mixed import two_client_rounds, weighted_mean
-from fedleak.types import Setting, Update
-from fedleak.utils.seeding import child_seeds
+from gradleak import config as cfg
+from gradleak import data, defenses, models
+from gradleak.data import victims as victim_images
+from gradleak.experiment import configuration, paths, plan
+from gradleak.experiment.job import Job, model_at
+from gradleak.experiment.phases.attack import run_attacks
+from gradleak.experiment.phases.fl_run import run_fl
+from gradleak.experiment.phases.prepare_data import prepare_data, victim_problems
+from gradleak.experiment.records import add_likeness
+from gradleak.experiment.victims import observations, victim_batches
+from gradleak.fl.mixed import two_client_rounds, weighted_mean
+from gradleak.types import Setting, Update
+from gradleak.utils.seeding import child_seeds
 
 CASE = "digits-lenet-iid-k4"
 NONE = Setting.parse("none-0")

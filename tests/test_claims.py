@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedleak.report.claims import measure
-from fedleak.report.targets import TargetInputs, build_table, source_of
-from fedleak.report.verdicts import (
+from gradleak.report.claims import measure
+from gradleak.report.targets import TargetInputs, build_table, source_of
+from gradleak.report.verdicts import (
     CLAIM_COLUMNS,
     claims_table,
     sign_verdict,

@@ -12,12 +12,12 @@ import pytest
 from conftest import REPO
 from test_claims import _judged
 
-from fedleak import cli
-from fedleak import config as cfg
-from fedleak.data.datasets import load
-from fedleak.experiment import claim_rows, claims, configuration, plan
-from fedleak.report.verdicts import REGIME_COLUMNS
-from fedleak.utils.metric_kinds import kind_of
+from gradleak import cli
+from gradleak import config as cfg
+from gradleak.data.datasets import load
+from gradleak.experiment import claim_rows, claims, configuration, plan
+from gradleak.report.verdicts import REGIME_COLUMNS
+from gradleak.utils.metric_kinds import kind_of
 
 PAPERS = ("refiner", "gias", "epafl", "censor", "recupfl")
 LEAST = {"refiner": 32, "gias": 26, "epafl": 19, "censor": 18, "recupfl": 22}
@@ -176,7 +176,7 @@ def test_verdicts_are_written_from_kept_runs(tmp_path, capsys):
     assert "bad.csv: columns ['claim', 'ours'], expected" in capsys.readouterr().err
 
 
-def test_docs_verdicts_is_what_fedleak_verdicts_writes_from_the_kept_runs(capsys):
+def test_docs_verdicts_is_what_gradleak_verdicts_writes_from_the_kept_runs(capsys):
     runs = sorted(p for p in (REPO / "docs" / "verdicts").glob("*.csv")
                   if not p.stem.endswith("-regime"))
     assert runs  # at least one reduced run's claims.csv
@@ -184,7 +184,7 @@ def test_docs_verdicts_is_what_fedleak_verdicts_writes_from_the_kept_runs(capsys
     assert capsys.readouterr().out == (REPO / "docs" / "verdicts.md").read_text()
 
 
-def test_fedleak_validate_lists_what_the_scale_cannot_decide(capsys):
+def test_gradleak_validate_lists_what_the_scale_cannot_decide(capsys):
     config = str(REPO / "config" / "paper" / "epafl.yaml")
     assert cli.main(["validate", "--config", config, "--scale", "smoke"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -1,4 +1,4 @@
-"""Cluster resources from the environment and the budgets, and `fedleak verify`'s errors."""
+"""Cluster resources from the environment and the budgets, and `gradleak verify`'s errors."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import pytest
 import yaml
 from conftest import REPO
 
-from fedleak.experiment import cluster, configuration, phases, pipeline, plan
+from gradleak.experiment import cluster, configuration, phases, pipeline, plan
 
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch):
     for name in ("ACCOUNT", "PARTITION", "GPU_PARTITION", "GPUS", "GPU_MODEL", "RATE"):
-        monkeypatch.delenv(f"FEDLEAK_SLURM_{name}", raising=False)
+        monkeypatch.delenv(f"GRADLEAK_SLURM_{name}", raising=False)
 
 
 TEST = configuration.load(REPO / "config" / "test.yaml")  # device: auto, a LeNet case
@@ -38,8 +38,8 @@ def resources(rule: str, config: dict) -> dict:
 
 
 def test_gpu_rules_ask_for_a_gpu_and_cpu_rules_do_not(monkeypatch):
-    monkeypatch.setenv("FEDLEAK_SLURM_ACCOUNT", "lab42")
-    monkeypatch.setenv("FEDLEAK_SLURM_GPU_MODEL", "a100")
+    monkeypatch.setenv("GRADLEAK_SLURM_ACCOUNT", "lab42")
+    monkeypatch.setenv("GRADLEAK_SLURM_GPU_MODEL", "a100")
     job = {"case": "digits-lenet-iid-k4", "setting": "none-0", "seed": "0"}
     attack = per_job(resources("attack", TEST), **job)
     fl = per_job(resources("fl_run", TEST), **job)
@@ -109,24 +109,24 @@ def test_a_study_asks_a_gpu_only_when_it_times_on_the_device_or_needs_one(device
 
 
 def test_without_a_gpu_partition_auto_runs_on_cpus_and_cuda_is_refused(monkeypatch):
-    monkeypatch.setenv("FEDLEAK_SLURM_GPU_PARTITION", "")
+    monkeypatch.setenv("GRADLEAK_SLURM_GPU_PARTITION", "")
     assert gpu_rules(TEST) == set()
     assert resources("attack", TEST)["slurm_partition"] == "cpu"
     with pytest.raises(cluster.ClusterError, match="device 'cuda' needs GPUs on the cluster, "
-                       "but FEDLEAK_SLURM_GPU_PARTITION is empty"):
+                       "but GRADLEAK_SLURM_GPU_PARTITION is empty"):
         resources("prepare_data", on(TEST, "cuda"))
-    monkeypatch.setenv("FEDLEAK_SLURM_GPU_PARTITION", "gpu")
-    monkeypatch.setenv("FEDLEAK_SLURM_GPUS", "0")
-    with pytest.raises(cluster.ClusterError, match="but FEDLEAK_SLURM_GPUS=0; expected"):
+    monkeypatch.setenv("GRADLEAK_SLURM_GPU_PARTITION", "gpu")
+    monkeypatch.setenv("GRADLEAK_SLURM_GPUS", "0")
+    with pytest.raises(cluster.ClusterError, match="but GRADLEAK_SLURM_GPUS=0; expected"):
         resources("prepare_data", on(TEST, "cuda"))
 
 
 @pytest.mark.parametrize("name, value, expected", [
-    ("FEDLEAK_SLURM_GPUS", "two", "expected a number"),
-    ("FEDLEAK_SLURM_GPUS", "1.5", "expected a whole number"),
-    ("FEDLEAK_SLURM_GPUS", "-1", "expected a number >= 0"),
-    ("FEDLEAK_SLURM_RATE", "0", "expected a rate > 0"),
-    ("FEDLEAK_SLURM_RATE", "inf", "expected a number >= 0"),
+    ("GRADLEAK_SLURM_GPUS", "two", "expected a number"),
+    ("GRADLEAK_SLURM_GPUS", "1.5", "expected a whole number"),
+    ("GRADLEAK_SLURM_GPUS", "-1", "expected a number >= 0"),
+    ("GRADLEAK_SLURM_RATE", "0", "expected a rate > 0"),
+    ("GRADLEAK_SLURM_RATE", "inf", "expected a number >= 0"),
 ])
 def test_a_bad_variable_is_named_with_its_value(monkeypatch, name, value, expected):
     monkeypatch.setenv(name, value)
@@ -146,7 +146,7 @@ def test_attack_wall_time_grows_with_the_budget_and_falls_with_the_rate(monkeypa
     test = configuration.load(REPO / "config" / "test.yaml")
     slow = longest(paper)
     assert slow > longest(test)
-    monkeypatch.setenv("FEDLEAK_SLURM_RATE", "50")
+    monkeypatch.setenv("GRADLEAK_SLURM_RATE", "50")
     fast = longest(paper)
     assert cluster.STARTUP_MINUTES < fast < slow
     assert slow - cluster.STARTUP_MINUTES == pytest.approx(
@@ -155,7 +155,7 @@ def test_attack_wall_time_grows_with_the_budget_and_falls_with_the_rate(monkeypa
 
 @pytest.mark.slow
 def test_verify_without_a_lock_names_the_file(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "fedleak.cli", "verify", "--root", str(tmp_path)],
+    run = subprocess.run([sys.executable, "-m", "gradleak.cli", "verify", "--root", str(tmp_path)],
                          capture_output=True, text=True)
     assert run.returncode == 2
     assert f"{tmp_path}/dvc.lock: no dvc.lock" in run.stderr

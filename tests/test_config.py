@@ -3,9 +3,9 @@
 import pytest
 from conftest import REPO
 
-from fedleak import config as cfg
-from fedleak.experiment import configuration, plan
-from fedleak.types import Setting
+from gradleak import config as cfg
+from gradleak.experiment import configuration, plan
+from gradleak.types import Setting
 
 
 def test_defaults_fill_an_empty_config():

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedleak import data
-from fedleak.utils.io import read_json
+from gradleak import data
+from gradleak.utils.io import read_json
 
 
 def test_digits_are_32x32_in_unit_range(digits):

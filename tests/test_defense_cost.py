@@ -9,13 +9,13 @@ import pytest
 import torch
 from conftest import REPO
 
-from fedleak import config
-from fedleak.experiment import configuration, paths, plan
-from fedleak.experiment.phases.study import inputs as study_inputs
-from fedleak.experiment.phases.study import run as run_study
-from fedleak.experiment.phases.target import target_files, write_target
-from fedleak.experiment.studies import defense_cost
-from fedleak.report import load_target
+from gradleak import config
+from gradleak.experiment import configuration, paths, plan
+from gradleak.experiment.phases.study import inputs as study_inputs
+from gradleak.experiment.phases.study import run as run_study
+from gradleak.experiment.phases.target import target_files, write_target
+from gradleak.experiment.studies import defense_cost
+from gradleak.report import load_target
 
 REFINER = config.read(REPO / "config" / "paper" / "refiner.yaml")
 RECUPFL = config.read(REPO / "config" / "paper" / "recupfl.yaml")

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from fedleak import defenses
-from fedleak.defenses.soteria import defended_layer
-from fedleak.models import LeNet
+from gradleak import defenses
+from gradleak.defenses.soteria import defended_layer
+from gradleak.models import LeNet
 
 
 @pytest.fixture()
@@ -113,7 +113,7 @@ def test_pruning_modes_rank_by_their_score(context, mode):
 @pytest.mark.slow
 @pytest.mark.parametrize("channels", [1, 3])  # forward-mode and reverse-mode Jacobians
 def test_soteria_vectorised_mask_equals_the_per_feature_loop(digits, channels):
-    from fedleak.defenses.soteria import feature_scores, feature_scores_loop, soteria_mask
+    from gradleak.defenses.soteria import feature_scores, feature_scores_loop, soteria_mask
 
     torch.manual_seed(0)
     model, x = LeNet(channels, 10, 32), digits.x[:8].expand(-1, channels, -1, -1)
@@ -128,7 +128,7 @@ def test_soteria_vectorised_mask_equals_the_per_feature_loop(digits, channels):
 def test_soteria_in_feature_chunks_keeps_the_mask_on_a_resnet():
     """A ResNet with BatchNorm (the Table 5 models): chunks of features give the vectorised
     pass's upload, in bounded memory."""
-    from fedleak.models import build
+    from gradleak.models import build
 
     torch.manual_seed(0)
     model = build("resnet10", channels=3, num_classes=10, image_size=16)
@@ -165,7 +165,7 @@ def test_censor_upload_is_orthogonal_with_the_true_norm_per_layer(context, digit
 def test_censor_uploads_the_lowest_loss_trial(context):
     from torch.func import functional_call
 
-    from fedleak.defenses.censor import orthogonalise
+    from gradleak.defenses.censor import orthogonalise
 
     ctx = context(seed=5)
     upload = defenses.build("censor", trials=20)(ctx)
@@ -193,7 +193,7 @@ def test_censor_public_proposal_needs_public_images_and_is_a_known_proposal():
 
 def test_censor_public_proposal_follows_the_public_gradient_off_the_true_one(context, digits):
     """The §V-E upload keeps most of a public batch's gradient direction; a normal one none."""
-    from fedleak.types import Update
+    from gradleak.types import Update
 
     ctx = context(seed=3)
     public = (digits.x[100:108], digits.y[100:108])
@@ -218,7 +218,7 @@ def test_censor_algorithm1_falls_back_to_the_clean_gradient_when_no_trial_beats_
 
 
 def test_censor_official_divides_by_the_norm_not_its_square():
-    from fedleak.defenses.censor import orthogonalise
+    from gradleak.defenses.censor import orthogonalise
 
     g = torch.tensor([3.0, 4.0])  # ||g|| = 5
     p = torch.tensor([1.0, 0.0])

@@ -19,20 +19,20 @@ import pytest
 import torch
 import yaml
 
-from fedleak.experiment import configuration, paths
-from fedleak.experiment.job import model_at
-from fedleak.experiment.phases.attack import run_attacks
-from fedleak.experiment.phases.attribute import run_attribute
-from fedleak.experiment.phases.fit_adversaries import fit_adversaries
-from fedleak.experiment.phases.fl_run import run_fl
-from fedleak.experiment.phases.prepare_data import prepare_data
-from fedleak.experiment.phases.train_evalnet import train_evalnet
-from fedleak.experiment.phases.train_gan import train_gan
-from fedleak.experiment.phases.train_giml import train_giml
-from fedleak.experiment.phases.train_zoo import train_zoo
-from fedleak.types import Setting
-from fedleak.utils.device import resolve, select, to_device
-from fedleak.utils.io import load_torch
+from gradleak.experiment import configuration, paths
+from gradleak.experiment.job import model_at
+from gradleak.experiment.phases.attack import run_attacks
+from gradleak.experiment.phases.attribute import run_attribute
+from gradleak.experiment.phases.fit_adversaries import fit_adversaries
+from gradleak.experiment.phases.fl_run import run_fl
+from gradleak.experiment.phases.prepare_data import prepare_data
+from gradleak.experiment.phases.train_evalnet import train_evalnet
+from gradleak.experiment.phases.train_gan import train_gan
+from gradleak.experiment.phases.train_giml import train_giml
+from gradleak.experiment.phases.train_zoo import train_zoo
+from gradleak.types import Setting
+from gradleak.utils.device import resolve, select, to_device
+from gradleak.utils.io import load_torch
 
 REPO = Path(__file__).resolve().parents[1]
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -140,8 +140,8 @@ def _leaves(value):
 def test_a_checkpoint_saved_on_the_device_loads_into_a_cpu_model(ran):
     """The FL run's final model, built on the CPU from its file, predicts as it did."""
     device, config, results, _ = ran
-    from fedleak import data
-    from fedleak.experiment.job import Job
+    from gradleak import data
+    from gradleak.experiment.job import Job
 
     job = Job(config, results, CASE, NONE, 0)
     test = data.load_prepared(job.data_dir, "test")

@@ -2,9 +2,9 @@ import pytest
 import torch
 from conftest import lenet_victims
 
-from fedleak import attacks, defenses
-from fedleak.attacks import Stopper
-from fedleak.attacks.early_stopping import stop_point
+from gradleak import attacks, defenses
+from gradleak.attacks import Stopper
+from gradleak.attacks.early_stopping import stop_point
 
 T, P = 1e-5, 15  # the schema's defaults (EPAFL's MNIST setting)
 

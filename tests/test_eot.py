@@ -18,10 +18,10 @@ from conftest import assert_like_the_loop, stacked_and_looped
 from conftest import lenet_victims as victims
 from conftest import observe_defended as observe
 
-from fedleak import attacks, defenses, metrics
-from fedleak.attacks.eot import DefenseSamples
-from fedleak.defenses.base import Defense
-from fedleak.types import Update
+from gradleak import attacks, defenses, metrics
+from gradleak.attacks.eot import DefenseSamples
+from gradleak.defenses.base import Defense
+from gradleak.types import Update
 
 SIGMA = 0.01
 

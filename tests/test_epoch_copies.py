@@ -12,20 +12,20 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from fedleak import attacks, data, defenses, metrics
-from fedleak import config as cfg
-from fedleak.attacks import Observation
-from fedleak.attacks.epoch_copies import (
+from gradleak import attacks, data, defenses, metrics
+from gradleak import config as cfg
+from gradleak.attacks import Observation
+from gradleak.attacks.epoch_copies import (
     EpochCopies,
     merged_images,
     order_invariant_prior,
 )
-from fedleak.attacks.unrolled import step_rows, unrolled_update
-from fedleak.experiment import configuration, paths, victims
-from fedleak.fl import FLSettings, epoch_schedule, local_update, run_federated
-from fedleak.models import LeNet
-from fedleak.report.intervals import interval
-from fedleak.utils.io import write_json
+from gradleak.attacks.unrolled import step_rows, unrolled_update
+from gradleak.experiment import configuration, paths, victims
+from gradleak.fl import FLSettings, epoch_schedule, local_update, run_federated
+from gradleak.models import LeNet
+from gradleak.report.intervals import interval
+from gradleak.utils.io import write_json
 
 EPOCHS, SIZE, BATCH, LR = 3, 4, 2, 0.03
 

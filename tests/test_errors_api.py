@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedleak import attacks, defenses, metrics, models
-from fedleak.types import Observation
+from gradleak import attacks, defenses, metrics, models
+from gradleak.types import Observation
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def lenet():
      ["'stopper.treshold'", "threshold"]),
     ("attacks", "dlg", {"seed": -1}, ValueError, ["seed", "-1", ">= 0", "seed=0"]),
     ("attacks", "dlg", {"seed": "zero"}, TypeError, ["seed", "'zero'", "int"]),
-    ("attacks", "gias", {}, ValueError, ["needs generator=", "fedleak train-gan"]),
+    ("attacks", "gias", {}, ValueError, ["needs generator=", "gradleak train-gan"]),
     ("attacks", "dgl", {}, ValueError, ["unknown attack 'dgl'", "'dlg'"]),
     ("defenses", "dp_gaussian", {"sigma": -1}, ValueError,
      ["'sigma'", "-1", "minimum of 0", "defenses.build('dp_gaussian', sigma=0.01)"]),

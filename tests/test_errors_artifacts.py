@@ -17,8 +17,8 @@ import pytest
 import torch
 from conftest import REPO
 
-from fedleak import cli, models
-from fedleak.utils.io import ArtifactError, load_torch, read_json
+from gradleak import cli, models
+from gradleak.utils.io import ArtifactError, load_torch, read_json
 
 CASE = "digits-lenet-iid-k4"
 CONFIG = """threads: 1
@@ -180,8 +180,8 @@ def test_a_truncated_metrics_file_is_named_by_the_aggregate(trained, tmp_path, c
 
 def test_lpips_loads_its_backbone_without_running_a_hostile_hub_file(tmp_path, monkeypatch):
     """lpips would load the AlexNet backbone through torchvision's hub loader, which
-    unpickles with weights_only=False; fedleak loads it itself with weights_only=True."""
-    from fedleak.metrics import image
+    unpickles with weights_only=False; gradleak loads it itself with weights_only=True."""
+    from gradleak.metrics import image
 
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
     image._lpips_model.cache_clear()
@@ -208,7 +208,7 @@ def test_every_torch_load_in_the_package_passes_weights_only_true():
     """No call of torch.load without weights_only=True, and no torch.hub state-dict loader
     (which defaults to weights_only=False)."""
     offenders = []
-    for path in sorted((REPO / "src" / "fedleak").rglob("*.py")):
+    for path in sorted((REPO / "src" / "gradleak").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call):
                 continue

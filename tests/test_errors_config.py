@@ -1,5 +1,5 @@
 """Malformed or mistyped configuration (docs/errors.md, "Configuration"): every way a user
-can hand one over (`fedleak <cmd> --config`, `snakemake` with the embedded default, with
+can hand one over (`gradleak <cmd> --config`, `snakemake` with the embedded default, with
 `--configfile`, with `--config key=value`) fails before any job starts, with exit status
 != 0 and one line naming the key path, the value and what was expected."""
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from test_pipeline import SNAKEMAKE, copy_project, run
 
-from fedleak import cli
-from fedleak.utils.io import save_torch
+from gradleak import cli
+from gradleak.utils.io import save_torch
 
 BASE = "cases: [{dataset: digits, model: lenet}]\nattacks: {dlg: {}}\n"
 DISTINCT_16 = "attack: {victims: {distinct_labels: true}, protocol: {batch_size: 16}}\n"
@@ -108,13 +108,13 @@ def one_error_line(text: str) -> str:
 
 
 @pytest.mark.parametrize("name, extra, expected", BAD, ids=[b[0] for b in BAD])
-def test_fedleak_validate_names_key_value_and_expectation(tmp_path, capsys, name, extra,
+def test_gradleak_validate_names_key_value_and_expectation(tmp_path, capsys, name, extra,
                                                           expected):
     path = tmp_path / f"{name}.yaml"
     path.write_text(BASE + extra)
     assert cli.main(["validate", "--config", str(path)]) == 2
     line = one_error_line(capsys.readouterr().err)
-    assert line.startswith("fedleak validate: error: invalid config")
+    assert line.startswith("gradleak validate: error: invalid config")
     for part in expected:
         assert part in line, line
 
@@ -146,7 +146,7 @@ def project(tmp_path_factory):
 def snakemake_fails(root, *args) -> str:
     proc = run([*SNAKEMAKE, "-n", "--cores", "1", *args], root, check=False)
     assert proc.returncode != 0
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("fedleak: ")]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("gradleak: ")]
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (root / "results" / "config.resolved.json").exists(), "a job could start"
@@ -160,7 +160,7 @@ def snakemake_fails(root, *args) -> str:
     ("", ["--config", "fl={'local_lr': .nan}"], ["'fl.local_lr'", "NaN"]),
 ], ids=["configfile_nested_key", "override_nan"])
 def test_snakemake_fails_before_any_job_with_one_line(project, tmp_path, extra, args, expected):
-    """The Snakefile validates with the function `fedleak validate` runs (the cases above):
+    """The Snakefile validates with the function `gradleak validate` runs (the cases above):
     one error through --configfile, one through --config."""
     path = tmp_path / "bad.yaml"
     path.write_text(BASE + extra)
@@ -181,10 +181,10 @@ def test_a_swept_value_is_checked_on_its_selection_s_cases_only(tmp_path, capsys
 
 @pytest.mark.slow
 @pytest.mark.parametrize("extra, expected", [
-    (DISTINCT_16, ["fedleak: invalid config: 'attack.protocol.batch_size' 16", "at most 10"]),
-    (LAYER_99, ["fedleak: invalid config: 'defenses.layer_noise.params.layer': 'body.99'"]),
+    (DISTINCT_16, ["gradleak: invalid config: 'attack.protocol.batch_size' 16", "at most 10"]),
+    (LAYER_99, ["gradleak: invalid config: 'defenses.layer_noise.params.layer': 'body.99'"]),
     ("gan: {kind: stylegan2, weights: WEIGHTS}\n",
-     ["fedleak: gan.weights: WEIGHTS does not fit the StyleGAN2 generator", "missing key"]),
+     ["gradleak: gan.weights: WEIGHTS does not fit the StyleGAN2 generator", "missing key"]),
 ], ids=["distinct_labels_beyond_the_classes", "layer_noise_layer_absent",
         "generator_weights_of_other_keys"])
 def test_snakemake_refuses_what_a_job_would_meet_hours_later(project, tmp_path, extra,
@@ -234,7 +234,7 @@ def test_snakemake_refuses_a_label_before_any_job(project, tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(BASE + LABELS[LABEL_IDS.index("target_parent_folder")][0])
     line = snakemake_fails(project, "--configfile", str(path))
-    assert line.startswith("fedleak: invalid config: 'targets.../t': '../t' is not a valid ")
+    assert line.startswith("gradleak: invalid config: 'targets.../t': '../t' is not a valid ")
     assert not (project / "results").exists() and not (project.parent / "t").exists()
 
 

@@ -1,7 +1,7 @@
 """Missing or wrong data (docs/errors.md, "Data"): a dataset root that is absent or laid
 out wrongly, a truncated archive, an unreadable image, a prepared data folder that was
 deleted or damaged. Each fails with one line naming the path and how to obtain or fix
-it, and no traceback: through `fedleak prepare-data` / `fedleak fl-run` and, before any
+it, and no traceback: through `gradleak prepare-data` / `gradleak fl-run` and, before any
 job, through `snakemake`."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from test_pipeline import SNAKEMAKE, copy_project, run
 
-from fedleak import cli
+from gradleak import cli
 
 CASE = "digits-lenet-iid-k4"
 
@@ -121,7 +121,7 @@ def test_image_folder_problems_name_the_file(tmp_path, capsys, files, expected):
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    """The digits prepared once, with a configuration for `fedleak fl-run`."""
+    """The digits prepared once, with a configuration for `gradleak fl-run`."""
     root = tmp_path_factory.mktemp("prepared")
     config = root / "config.yaml"
     config.write_text("threads: 1\ncases: [{dataset: digits, model: lenet, "
@@ -162,7 +162,7 @@ def test_snakemake_names_a_missing_dataset_root_before_any_job(tmp_path):
                       f"cases: [{{dataset: mnist, model: lenet}}]\n")
     proc = run([*SNAKEMAKE, "--cores", "1", "--configfile", str(config)], root, check=False)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("fedleak: ")]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("gradleak: ")]
     assert len(lines) == 1, proc.stderr
     assert f"not found at {tmp_path / 'nowhere' / 'MNIST' / 'raw'}" in lines[0]
     assert "download" in lines[0]
@@ -193,11 +193,11 @@ def test_each_phase_names_a_missing_prepared_data_folder_in_one_line(capsys, tmp
     fails_with_one_line(capsys, [command, "--config", config, "--results", str(tmp_path),
                                  *PHASE_JOBS[command]],
                         f"no prepared dataset at {tmp_path / 'data' / 'digits'}",
-                        "fedleak prepare-data --dataset digits")
+                        "gradleak prepare-data --dataset digits")
 
 
-def test_fedleak_validate_names_a_missing_evaluation_network_dataset(tmp_path, capsys):
-    """Refiner's evaluation network on TinyImageNet whose root points nowhere: `fedleak
+def test_gradleak_validate_names_a_missing_evaluation_network_dataset(tmp_path, capsys):
+    """Refiner's evaluation network on TinyImageNet whose root points nowhere: `gradleak
     validate` says so in one warning line (a run stops on it before any job, as the
     dataset roots above)."""
     path = tmp_path / "evalnet.yaml"
@@ -208,4 +208,4 @@ def test_fedleak_validate_names_a_missing_evaluation_network_dataset(tmp_path, c
     assert cli.main(["validate", "--config", str(path)]) == 0
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        f"fedleak validate: warning: dataset 'tinyimagenet' not found at {tmp_path / 'nowhere'}")
+        f"gradleak validate: warning: dataset 'tinyimagenet' not found at {tmp_path / 'nowhere'}")

@@ -24,8 +24,8 @@ import pytest
 import torch
 from test_pipeline import ENV, copy_project
 
-from fedleak.utils import io
-from fedleak.utils.runlock import OWNER, release_stale_lock
+from gradleak.utils import io
+from gradleak.utils.runlock import OWNER, release_stale_lock
 
 # The tiny configuration cut to what the interruption needs (data, FL, attack, aggregate
 # rules; two settings, so that jobs run side by side when they are killed).
@@ -124,7 +124,7 @@ def run_and_kill(root: Path, moment: Moment, whole: bool, command: list[str] = R
                     for job in psutil.Process(proc.pid).children(recursive=True):
                         try:
                             line = job.cmdline()
-                            if "fedleak" in " ".join(line[:2]) and \
+                            if "gradleak" in " ".join(line[:2]) and \
                                     moment.rule.replace("_", "-") in line:
                                 job.send_signal(signal.SIGKILL)
                                 killed = "job"
@@ -208,7 +208,7 @@ def full_disk(monkeypatch, module, name: str, error: Exception) -> None:
 def figure(path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    from fedleak.report.figures import save_figure
+    from gradleak.report.figures import save_figure
 
     fig = plt.figure()
     save_figure(fig, path)
@@ -223,7 +223,7 @@ def figure(path: Path) -> None:
     ((Path, "write_text", OSError(errno.ENOSPC, "No space left on device")),
      lambda p: io.write_json(p, {"a": 1}), "metrics.json"),
     ((pd.DataFrame, "to_csv", OSError(errno.ENOSPC, "No space left on device")),
-     lambda p: __import__("fedleak.report.tables", fromlist=["write_csv"]).write_csv(
+     lambda p: __import__("gradleak.report.tables", fromlist=["write_csv"]).write_csv(
          pd.DataFrame({"a": [1]}), p), "utility.csv"),
     (("matplotlib.figure.Figure", "savefig", OSError(errno.ENOSPC, "No space left on device")),
      figure, "tradeoff_psnr.png"),
@@ -260,7 +260,7 @@ def test_the_cli_reports_a_full_disk_in_one_line_and_leaves_no_partial_file(tmp_
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
 
-    proc = subprocess.run([sys.executable, "-m", "fedleak.cli", "prepare-data", "--config",
+    proc = subprocess.run([sys.executable, "-m", "gradleak.cli", "prepare-data", "--config",
                            str(config), "--dataset", "digits", "--results",
                            str(tmp_path / "results")], env=ENV, capture_output=True,
                           text=True, preexec_fn=limit)

@@ -13,16 +13,16 @@ import pandas as pd
 import pytest
 import torch
 
-from fedleak import metrics
-from fedleak.attacks.dlg import DLG
-from fedleak.attacks.inverting_gradients import InvertingGradients
-from fedleak.defenses.differential_privacy import GaussianNoise
-from fedleak.experiment import configuration, paths
-from fedleak.experiment.phases.attack import run_attacks
-from fedleak.experiment.phases.fl_run import run_fl
-from fedleak.experiment.phases.prepare_data import prepare_data
-from fedleak.report.tables import write_tables
-from fedleak.types import Setting
+from gradleak import metrics
+from gradleak.attacks.dlg import DLG
+from gradleak.attacks.inverting_gradients import InvertingGradients
+from gradleak.defenses.differential_privacy import GaussianNoise
+from gradleak.experiment import configuration, paths
+from gradleak.experiment.phases.attack import run_attacks
+from gradleak.experiment.phases.fl_run import run_fl
+from gradleak.experiment.phases.prepare_data import prepare_data
+from gradleak.report.tables import write_tables
+from gradleak.types import Setting
 
 CASE = "digits-lenet-iid-k4"
 NONE, DP = Setting.parse("none-0"), Setting.parse("dp_gaussian-0.01")

@@ -1,6 +1,6 @@
 """The results folder itself: a file, a broken link or a folder in the wrong place, or a
 folder this user cannot write stops `snakemake` before any job with one line naming the
-path and what to do, and leaves what is there as it was; `fedleak clean` finds the kept
+path and what to do, and leaves what is there as it was; `gradleak clean` finds the kept
 pieces no planned job reads."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import yaml
 from conftest import REPO
 from test_pipeline import ENV, SNAKEMAKE, copy_project
 
-from fedleak import cli
-from fedleak import config as cfg
-from fedleak.experiment import configuration, kept, paths, phases, pipeline
+from gradleak import cli
+from gradleak import config as cfg
+from gradleak.experiment import configuration, kept, paths, phases, pipeline
 
 DRY = [*SNAKEMAKE, "-n", "--configfile", "config/test.yaml"]
 
@@ -76,7 +76,7 @@ def test_a_results_path_that_is_not_a_usable_folder_stops_the_run_in_one_line(
     assert proc.returncode != 0
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert lines[0].startswith(f"fedleak: {says}") and "move it away" in lines[0]
+    assert lines[0].startswith(f"gradleak: {says}") and "move it away" in lines[0]
     assert results_paths(root) == before  # nothing written or removed
     assert (root / where).read_text() == "a user's notes\n"
 
@@ -116,7 +116,7 @@ def test_a_folder_inside_results_this_user_cannot_write_is_named(tmp_path, monke
 
 def test_clean_lists_and_removes_the_kept_pieces_no_planned_job_reads(tmp_path, capsys,
                                                                        monkeypatch):
-    """Kept pieces of two configurations (the test one, and one with FL rounds 6): `fedleak
+    """Kept pieces of two configurations (the test one, and one with FL rounds 6): `gradleak
     clean` on the first lists the other's folders with their sizes and removes nothing;
     with --remove they go and the first's stay."""
     monkeypatch.chdir(REPO)

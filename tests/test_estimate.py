@@ -1,4 +1,4 @@
-"""`fedleak estimate`: jobs per target counted as Snakemake runs them, costs linear in the
+"""`gradleak estimate`: jobs per target counted as Snakemake runs them, costs linear in the
 budgets, the calibration cached per machine, a bad target named with the known ones."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import yaml
 from conftest import REPO
 from test_pipeline import SNAKEMAKE, copy_project, run
 
-from fedleak import cli
-from fedleak import config as cfg
-from fedleak.experiment import cluster, configuration, estimate, phases, pipeline, plan
-from fedleak.experiment.phases.attack import attack_iterations, attack_work
+from gradleak import cli
+from gradleak import config as cfg
+from gradleak.experiment import cluster, configuration, estimate, phases, pipeline, plan
+from gradleak.experiment.phases.attack import attack_iterations, attack_work
 
 TEST = REPO / "config" / "test.yaml"
 TARGETS = {  # fig2 needs every run of table1 and more: they share jobs
@@ -133,7 +133,7 @@ def test_a_defended_upload_is_priced_with_its_defense_and_stand_ins(tmp_path, mo
     (soteria, uploads), = defended["soteria-0.5"].items()
     (refiner, _), = defended["refiner-0.1"].items()
     assert uploads == config["fl"]["rounds"] * 4  # every client, every round
-    monkeypatch.setenv("FEDLEAK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GRADLEAK_CACHE", str(tmp_path / "cache"))
     step = "fl_step:" + soteria.split(":", 2)[2]
     rates = estimate.calibrate([soteria, refiner, step], "cpu", threads=1)
     assert rates[soteria] > rates[step] and rates[refiner] > rates[step]
@@ -150,9 +150,9 @@ def test_attack_iterations_follow_each_attack_s_stages():
 
 
 def test_the_slurm_wall_time_counts_the_same_work(monkeypatch, tmp_path):
-    """A timed phase's wall time is the work `fedleak estimate` prices, at the cluster's
-    assumed rates: an attack job's iterations at FEDLEAK_SLURM_RATE, doubled, plus start-up."""
-    monkeypatch.delenv("FEDLEAK_SLURM_RATE", raising=False)
+    """A timed phase's wall time is the work `gradleak estimate` prices, at the cluster's
+    assumed rates: an attack job's iterations at GRADLEAK_SLURM_RATE, doubled, plus start-up."""
+    monkeypatch.delenv("GRADLEAK_SLURM_RATE", raising=False)
     config = configuration.load(REPO / "config" / "paper" / "epafl.yaml")
     attack = phases.load("attack")
     job = pipeline.walk(config, tmp_path)["attack"][0]
@@ -178,7 +178,7 @@ def test_an_lbfgs_attack_is_priced_per_lbfgs_iteration_as_the_engine_runs_it(tmp
     seeds = len(config["attack"]["attacker"]["seeds"])
     assert work["lbfgs"] == seeds * by_optimizer["lbfgs"] > 0  # dlg, idlg
     assert work["match"] == seeds * by_optimizer["adam"] > 0
-    monkeypatch.setenv("FEDLEAK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GRADLEAK_CACHE", str(tmp_path / "cache"))
     unit, match = "lbfgs:lenet:1x8x8:10:True:b1", "match:lenet:1x8x8:10:True:b1"
     rates = estimate.calibrate([unit, match], "cpu", threads=1)
     # a line search of several evaluations and the loop's bookkeeping per iteration
@@ -187,7 +187,7 @@ def test_an_lbfgs_attack_is_priced_per_lbfgs_iteration_as_the_engine_runs_it(tmp
 
 @pytest.mark.slow
 def test_the_calibration_is_cached_per_machine_and_reused(tmp_path, monkeypatch):
-    monkeypatch.setenv("FEDLEAK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GRADLEAK_CACHE", str(tmp_path / "cache"))
     units = ["startup", "fl_step:lenet:1x32x32:10:True:b8", "match:lenet:1x32x32:10:True:b1",
              "mlp_step:64:b32", "gan_step:1:16:8:b4", "evalnet_step:1x32x32:[8, 16, 32]:b4"]
     rates = estimate.calibrate(units, "cpu", threads=1)
@@ -212,4 +212,4 @@ def test_an_unknown_target_is_named_with_the_known_ones(tmp_path, capsys, one_se
                                                          config, expected):
     path = configured(tmp_path, targets=TARGETS)[1] if config == "targets" else str(TEST)
     assert cli.main(["estimate", "--config", path, "table9"]) == 2
-    assert re.search(f"fedleak estimate: error: {expected}", capsys.readouterr().err)
+    assert re.search(f"gradleak estimate: error: {expected}", capsys.readouterr().err)

@@ -1,5 +1,5 @@
 """The cost model against a finished run (benchmarks/estimate_check.py), the calibration's
-CPU seconds, the start-up kinds and figures of `fedleak estimate`'s jobs."""
+CPU seconds, the start-up kinds and figures of `gradleak estimate`'s jobs."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from collections import Counter
 import pytest
 from conftest import REPO
 
-from fedleak import config as cfg
-from fedleak.experiment import configuration, estimate, phases, pipeline, plan
-from fedleak.utils.io import write_json, write_text
+from gradleak import config as cfg
+from gradleak.experiment import configuration, estimate, phases, pipeline, plan
+from gradleak.utils.io import write_json, write_text
 
 TEST = REPO / "config" / "test.yaml"
 # the phases whose jobs call torch.func (the attack engine, GIML, per-sample gradients)

@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedleak.report.attribute import attribute_tradeoff
-from fedleak.report.figures import censor_tradeoff, pmm_vs_psnr, tradeoff_panels
-from fedleak.report.style import series_style, series_styles
-from fedleak.report.targets import (
+from gradleak.report.attribute import attribute_tradeoff
+from gradleak.report.figures import censor_tradeoff, pmm_vs_psnr, tradeoff_panels
+from gradleak.report.style import series_style, series_styles
+from gradleak.report.targets import (
     TargetInputs,
     history_figure,
     layers_figure,
@@ -166,7 +166,7 @@ def test_the_papers_numbers_are_drawn_hollow_beside_ours(figures):
 
 
 def test_figures_are_byte_identical(tmp_path: Path):
-    from fedleak.report.figures import save_figure
+    from gradleak.report.figures import save_figure
 
     paths = [save_figure(attribute_tradeoff(_attribute()), tmp_path / f"a{i}.png") for i in (0, 1)]
     assert paths[0].read_bytes() == paths[1].read_bytes()

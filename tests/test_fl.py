@@ -4,10 +4,10 @@ setting (from the embedded default config) costs accuracy."""
 import numpy as np
 import pytest
 
-from fedleak import data, defenses
-from fedleak.experiment import configuration
-from fedleak.fl.server import FLSettings, run_federated
-from fedleak.models import LeNet
+from gradleak import data, defenses
+from gradleak.experiment import configuration
+from gradleak.fl.server import FLSettings, run_federated
+from gradleak.models import LeNet
 
 EMBEDDED = configuration.load(__import__("conftest").REPO / "config" / "config.yaml")
 SETTINGS = FLSettings.from_config(EMBEDDED["fl"])
@@ -29,7 +29,7 @@ def evalnet():
     """Refiner's evaluation network at the embedded default's image size."""
     import torch.nn.functional as F
 
-    from fedleak.models.evalnet import train_evaluation_network
+    from gradleak.models.evalnet import train_evaluation_network
 
     natural = data.load_natural(2000, seed=0, channels=1)
     images = F.interpolate(natural.x, size=(SIZE, SIZE), mode="bilinear", align_corners=False)

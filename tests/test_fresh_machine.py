@@ -13,24 +13,24 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, commands, readme_block
+from conftest import REPO, commands, doc_block
 
-import fedleak
-from fedleak.utils import io
+import gradleak
+from gradleak.utils import io
 
 TINY_RUN = "snakemake --cores all --configfile config/test.yaml"
 OPTIONAL = ["cma", "dvc.repo", "lpips", "snakemake", "snakemake_executor_plugin_slurm",
             "sklearn.svm", "stlpips_pytorch.stlpips", "torchvision.models"]
-EVERY_IMPORT = ("import importlib, pkgutil, fedleak; "
+EVERY_IMPORT = ("import importlib, pkgutil, gradleak; "
                 "[importlib.import_module(m.name) for m in "
-                "pkgutil.walk_packages(fedleak.__path__, 'fedleak.')]; "
+                "pkgutil.walk_packages(gradleak.__path__, 'gradleak.')]; "
                 f"[importlib.import_module(m) for m in {OPTIONAL[:4] + OPTIONAL[5:]!r}]; "
                 "print('imported')")  # all but the SLURM plugin, the `slurm` extra's
 
 
-def test_every_module_of_fedleak_imports():
+def test_every_module_of_gradleak_imports():
     failed = {}
-    for module in pkgutil.walk_packages(fedleak.__path__, "fedleak."):
+    for module in pkgutil.walk_packages(gradleak.__path__, "gradleak."):
         try:
             importlib.import_module(module.name)
         except Exception as err:  # noqa: BLE001 (collect every failure, name each)
@@ -40,13 +40,13 @@ def test_every_module_of_fedleak_imports():
 
 @pytest.mark.parametrize("module", OPTIONAL)
 def test_every_optional_path_imports(module):
-    """Each library fedleak reaches only on some paths, with everything it imports itself
+    """Each library gradleak reaches only on some paths, with everything it imports itself
     (ST-LPIPS imports IPython and torchsummary without declaring them)."""
     importlib.import_module(module)
 
 
 def test_st_lpips_scores_from_the_weights_its_wheel_ships():
-    from fedleak import metrics
+    from gradleak import metrics
 
     truth = torch.rand(2, 1, 16, 16, generator=torch.Generator().manual_seed(0))
     assert metrics.stlpips(truth, truth) == pytest.approx(0.0, abs=1e-6)
@@ -76,7 +76,7 @@ def test_a_saved_checkpoint_has_the_same_bytes_wherever_it_is_written(tmp_path):
 
 
 def test_seeding_switches_torch_to_deterministic_kernels_without_loading_its_compiler():
-    code = ("import sys, torch; from fedleak.utils.seeding import seed_everything; "
+    code = ("import sys, torch; from gradleak.utils.seeding import seed_everything; "
             "seed_everything(0); print(torch.are_deterministic_algorithms_enabled(), "
             "'torch._inductor' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -101,11 +101,12 @@ def tracked_files(dest: Path) -> Path:
 @pytest.mark.xdist_group("fresh_venv")
 def test_the_readmes_first_command_works_in_a_clean_virtual_environment(tmp_path):
     """``python -m venv`` without system packages, the README's install as written; then
-    every module of fedleak and every optional path imports in it, and Snakemake plans the
+    every module of gradleak and every optional path imports in it, and Snakemake plans the
     tiny configuration (the run itself is tests/test_pipeline.py's, in this environment's
     twin: what a job needs beyond its imports is in the wheel's files, which the install
     brings)."""
-    install, run = commands(readme_block("**Run the embedded default**", "bash"))[0].split(" && ")
+    block = doc_block("README.md", "**Run the embedded default**", "bash")
+    install, run = commands(block)[0].split(" && ")
     assert install == "pip install -e ." and run == "snakemake --cores all"
     project = tracked_files(tmp_path / "clone")
     venv = tmp_path / "venv"

@@ -16,18 +16,18 @@ import pytest
 import torch
 from test_pipeline import SNAKEMAKE, copy_project, run
 
-from fedleak import attacks, config, defenses
-from fedleak.attacks.prior import BigGANPrior, DCGANPrior, StyleGAN2Prior
-from fedleak.experiment import artifacts, configuration, pipeline, plan, priors
-from fedleak.experiment.job import Job
-from fedleak.experiment.phases.attack import build_attack, needed
-from fedleak.models.biggan import BigGANGenerator
-from fedleak.models.dcgan import Generator, load_generator, train_dcgan
-from fedleak.models.lenet import LeNet
-from fedleak.models.ported import architecture
-from fedleak.models.stylegan2 import StyleGAN2Generator
-from fedleak.types import Setting
-from fedleak.utils.io import save_torch
+from gradleak import attacks, config, defenses
+from gradleak.attacks.prior import BigGANPrior, DCGANPrior, StyleGAN2Prior
+from gradleak.experiment import artifacts, configuration, pipeline, plan, priors
+from gradleak.experiment.job import Job
+from gradleak.experiment.phases.attack import build_attack, needed
+from gradleak.models.biggan import BigGANGenerator
+from gradleak.models.dcgan import Generator, load_generator, train_dcgan
+from gradleak.models.lenet import LeNet
+from gradleak.models.ported import architecture
+from gradleak.models.stylegan2 import StyleGAN2Generator
+from gradleak.types import Setting
+from gradleak.utils.io import save_torch
 
 SG = {"latent_dim": 16, "n_mlp": 2, "widths": [8, 8, 4, 4], "space": "w_plus"}
 BG = {"latent_dim": 8, "channel_width": 4, "num_classes": 5, "widths": [4, 4, 2, 1],
@@ -128,7 +128,7 @@ def test_a_64x64_dcgan_is_radford_et_al_s(tmp_path):
     trained, log = train_dcgan(images, epochs=1, batch_size=4, lr=2e-4, latent_dim=10,
                                width=4, seed=0, progress=False)
     assert trained.resolution == 64 and len(log) == 1
-    file = save_torch(tmp_path / "gan.pt", {  # as `fedleak train-gan` saves it
+    file = save_torch(tmp_path / "gan.pt", {  # as `gradleak train-gan` saves it
         "generator": trained.state_dict(), "latent_dim": 10, "width": 4, "channels": 1,
         "resolution": 64})
     z = torch.randn(3, 10, generator=torch.Generator().manual_seed(1))
@@ -313,7 +313,7 @@ gan: {{kind: stylegan2, weights: {weights}, resolution: 32,
 
 @pytest.mark.slow
 def test_a_pretrained_kind_plans_no_gan_training_and_waits_for_its_file(weights, tmp_path):
-    from fedleak.experiment.phases.aggregate import substitutions
+    from gradleak.experiment.phases.aggregate import substitutions
 
     root = copy_project(tmp_path / "project")
     file = weights["stylegan2"][1]["gan"]["weights"]
@@ -340,9 +340,9 @@ def test_a_pretrained_kind_plans_no_gan_training_and_waits_for_its_file(weights,
     (root / "priors" / "g_ema.pt").unlink()
     shutil.rmtree(root / "results")
     proc = run([*SNAKEMAKE, "-n", "--cores", "1", "--configfile", str(tiny)], root, check=False)
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("fedleak: ")]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("gradleak: ")]
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert lines == ["fedleak: gan.weights: 'priors/g_ema.pt' does not exist (stylegan2 "
+    assert lines == ["gradleak: gan.weights: 'priors/g_ema.pt' does not exist (stylegan2 "
                      "loads digits's generator from it: expected a rosinality/"
                      "stylegan2-pytorch checkpoint holding 'g_ema', or the bare g_ema state "
                      "dict, downloaded to that path); or run DCGANs trained here: --config "
@@ -351,7 +351,7 @@ def test_a_pretrained_kind_plans_no_gan_training_and_waits_for_its_file(weights,
 
 
 def test_biggan_is_conditioned_on_the_inferred_labels_mapped_to_its_classes(weights):
-    from fedleak.attacks.engine import Victims
+    from gradleak.attacks.engine import Victims
 
     obs = _observation()
     gga = attacks.build("gga", generator=_prior("biggan", weights), optimizer="adam",

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedleak.models.biggan import BigGANGenerator, load_biggan
-from fedleak.models.stylegan2 import StyleGAN2Generator, load_stylegan2
-from fedleak.utils.io import ArtifactError, save_torch
+from gradleak.models.biggan import BigGANGenerator, load_biggan
+from gradleak.models.stylegan2 import StyleGAN2Generator, load_stylegan2
+from gradleak.utils.io import ArtifactError, save_torch
 
 SG_ARCH = {"latent_dim": 16, "n_mlp": 2, "widths": {4: 8, 8: 8, 16: 4, 32: 4}}
 BG_ARCH = {"latent_dim": 8, "channel_width": 4, "num_classes": 5, "widths": (4, 4, 2, 1),

@@ -18,9 +18,9 @@ from conftest import assert_like_the_loop, stacked_and_looped
 from conftest import lenet_victims as victims
 from conftest import observe_defended as observe
 
-from fedleak import attacks, defenses, metrics
-from fedleak.attacks.gga import adaptive_transform
-from fedleak.types import Update
+from gradleak import attacks, defenses, metrics
+from gradleak.attacks.gga import adaptive_transform
+from gradleak.types import Update
 
 PRUNING = 0.99
 
@@ -144,9 +144,9 @@ def test_cmaes_scores_its_population_stacked_like_one_by_one(digits_splits, digi
     """Each CMA-ES round scores its 50 candidates as one stacked batch: the same losses (in
     float64) as the candidates one at a time, under every adaptive transformation and under
     EOT's defense samples (applied per candidate)."""
-    from fedleak.attacks.engine import Victims
-    from fedleak.attacks.eot import DefenseSamples
-    from fedleak.attacks.label_inference import infer_labels
+    from gradleak.attacks.engine import Victims
+    from gradleak.attacks.eot import DefenseSamples
+    from gradleak.attacks.label_inference import infer_labels
 
     defense, strength = {"pruning": ("pruning", {"ratio": 0.5}),
                          "clipping": ("clipping", {"bound": 0.5}),

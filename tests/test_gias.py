@@ -21,11 +21,11 @@ import torch
 from conftest import stacked_and_looped
 from torch import nn
 
-from fedleak import attacks, defenses, metrics
-from fedleak.attacks.bn_statistics import batch_statistics
-from fedleak.attacks.engine import Victims
-from fedleak.attacks.prior import to_model_input
-from fedleak.models import LeNet
+from gradleak import attacks, defenses, metrics
+from gradleak.attacks.bn_statistics import batch_statistics
+from gradleak.attacks.engine import Victims
+from gradleak.attacks.prior import to_model_input
+from gradleak.models import LeNet
 
 BATCH = 4
 LATENT, PARAMETER, RESTARTS = 100, 200, 2
@@ -129,8 +129,8 @@ def test_gi_z_x_searches_pixels_from_the_image_of_the_best_latent(digits_splits,
 def test_an_untrained_prior_is_the_generator_architecture_with_seeded_weights():
     """Table 1's GI-w "untrained": ``prior: untrained`` asks the pipeline for the prior's
     architecture with DCGAN's initial weights, the same for the same seed."""
-    from fedleak import config
-    from fedleak.models.dcgan import untrained_generator
+    from gradleak import config
+    from gradleak.models.dcgan import untrained_generator
 
     def needs(**params):
         return attacks.needs("gias", config.resolve("attacks", "gias", params))
@@ -161,7 +161,7 @@ def test_sparsified_cost_masks_the_trial_gradient(digits_splits):
     assert max(masked, observed) < 1e-5 < 0.05 < plain
     # `observed` follows the upload's own pruning level: its non-zeros, the official top
     # 10 % under 90 % pruning up to the entry int((1 - 0.9) n) rounds away
-    from fedleak.attacks.gias import sparsity_masks
+    from gradleak.attacks.gias import sparsity_masks
     pruned = list(obs.gradient.values())
     for g, own, official in zip(pruned, sparsity_masks(pruned, 0.0), sparsity_masks(pruned, 0.9),
                                 strict=True):

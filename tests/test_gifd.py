@@ -17,8 +17,8 @@ import torch
 from conftest import lenet_victims as victims
 from conftest import stacked_and_looped
 
-from fedleak import attacks, defenses, metrics
-from fedleak.attacks.gifd import project_l1_ball
+from gradleak import attacks, defenses, metrics
+from gradleak.attacks.gifd import project_l1_ball
 
 
 def observe(victim) -> attacks.Observation:

@@ -22,14 +22,14 @@ import numpy as np
 import pytest
 import torch
 
-from fedleak import attacks, defenses, metrics
-from fedleak.attacks.giml import meta_learn_generator
-from fedleak.experiment import configuration
-from fedleak.experiment.job import build_model
-from fedleak.experiment.phases.prepare_data import prepare_data
-from fedleak.experiment.phases.train_giml import train_giml
-from fedleak.models import Generator, LeNet
-from fedleak.models.dcgan import init_weights
+from gradleak import attacks, defenses, metrics
+from gradleak.attacks.giml import meta_learn_generator
+from gradleak.experiment import configuration
+from gradleak.experiment.job import build_model
+from gradleak.experiment.phases.prepare_data import prepare_data
+from gradleak.experiment.phases.train_giml import train_giml
+from gradleak.models import Generator, LeNet
+from gradleak.models.dcgan import init_weights
 
 STEPS, INNER = 8, 100
 EVALUATED = 4
@@ -169,9 +169,9 @@ CASE = "digits-lenet-iid-k2"
 
 def _prepared(tmp_path, conf):
     """The digits and natural splits, and a round-0 LeNet where the FL run would save it."""
-    from fedleak import data
-    from fedleak.experiment import paths, plan
-    from fedleak.utils.io import save_torch
+    from gradleak import data
+    from gradleak.experiment import paths, plan
+    from gradleak.utils.io import save_torch
 
     for dataset in ("digits", "natural"):
         prepare_data(conf, tmp_path, dataset)
@@ -192,11 +192,11 @@ def test_giml_keeps_its_checkpoints_and_the_step_parameter_selects_one(tmp_path)
     attacks.<label>.step loads that step's weights, null the final."""
     from PIL import Image
 
-    from fedleak.experiment import artifacts, paths, plan
-    from fedleak.experiment.job import Job
-    from fedleak.experiment.phases.attack import build_attack, needed
-    from fedleak.models.dcgan import load_generator
-    from fedleak.utils.io import ArtifactError, load_torch, read_json
+    from gradleak.experiment import artifacts, paths, plan
+    from gradleak.experiment.job import Job
+    from gradleak.experiment.phases.attack import build_attack, needed
+    from gradleak.models.dcgan import load_generator
+    from gradleak.utils.io import ArtifactError, load_torch, read_json
 
     conf = fig6_config()
     model = _prepared(tmp_path, conf)
@@ -229,15 +229,15 @@ def test_giml_keeps_its_checkpoints_and_the_step_parameter_selects_one(tmp_path)
 
 def test_a_prior_of_another_dataset_resolves_its_own_gan_file(tmp_path, capsys):
     """Fig. 6's wrong prior: prior_dataset natural loads results/gan/natural.pt (trained by
-    `fedleak train-gan --dataset natural`, on 3-channel crops), gan.dataset's label
+    `gradleak train-gan --dataset natural`, on 3-channel crops), gan.dataset's label
     results/gan/digits.pt; the plan trains both and prepares both datasets."""
     import yaml
 
-    from fedleak import cli
-    from fedleak.experiment import artifacts, paths, pipeline, plan
-    from fedleak.experiment.job import Job
-    from fedleak.experiment.phases.attack import build_attack, needed
-    from fedleak.models.dcgan import load_generator
+    from gradleak import cli
+    from gradleak.experiment import artifacts, paths, pipeline, plan
+    from gradleak.experiment.job import Job
+    from gradleak.experiment.phases.attack import build_attack, needed
+    from gradleak.models.dcgan import load_generator
 
     conf = fig6_config()
     model = _prepared(tmp_path, conf)
@@ -286,7 +286,7 @@ def test_a_series_its_selection_does_not_sweep_is_a_level_in_the_line_figure():
     drawn as horizontal lines in their own colours."""
     import pandas as pd
 
-    from fedleak.report.targets import TargetInputs, line_figure
+    from gradleak.report.targets import TargetInputs, line_figure
 
     frame = pd.DataFrame({"attack": ["giml_zw"] * 3 + ["wrong_zw", "untrained_w"],
                           "step": [0, 1, 3, np.nan, np.nan],
@@ -315,8 +315,8 @@ def test_fig_a4_draws_the_attacks_of_one_uploads_in_one_panel_ending_together(tm
     search) where the others' parameter search starts."""
     import pandas as pd
 
-    from fedleak.report.targets import TargetInputs, trace_figure
-    from fedleak.utils.io import write_json
+    from gradleak.report.targets import TargetInputs, trace_figure
+    from gradleak.utils.io import write_json
 
     runs = [("none~attacks.giml_zw.step=8", "giml_zw", 6), ("none", "wrong_zw", 6),
             ("none", "untrained_w", 3)]
@@ -346,7 +346,7 @@ def test_giml_under_pruning_only_still_plans_the_undefended_run_it_learns_from()
     reference, ``Setting.reference``), and train_giml reads it."""
     from pathlib import Path
 
-    from fedleak.experiment import pipeline, plan
+    from gradleak.experiment import pipeline, plan
 
     def fl_runs(conf: dict) -> list:
         """(case, setting) of every FL run, the undefended one at every seed the pruned one

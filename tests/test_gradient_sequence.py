@@ -13,22 +13,22 @@ import numpy as np
 import pytest
 import torch
 
-from fedleak import attacks, data, defenses
-from fedleak import config as cfg
-from fedleak.attacks.gradient_sequence import ObservedSequence
-from fedleak.data import load_digits
-from fedleak.experiment import paths, plan
-from fedleak.experiment.artifacts import build_defense
-from fedleak.experiment.configuration import validate
-from fedleak.experiment.job import Job, model_at
-from fedleak.experiment.phases.attack import run_attacks
-from fedleak.experiment.phases.fl_run import run_fl
-from fedleak.experiment.phases.prepare_data import prepare_data
-from fedleak.experiment.phases.target import write_target
-from fedleak.experiment.victims import sequence_observations
-from fedleak.models import LeNet
-from fedleak.types import Setting
-from fedleak.utils.seeding import child_seeds
+from gradleak import attacks, data, defenses
+from gradleak import config as cfg
+from gradleak.attacks.gradient_sequence import ObservedSequence
+from gradleak.data import load_digits
+from gradleak.experiment import paths, plan
+from gradleak.experiment.artifacts import build_defense
+from gradleak.experiment.configuration import validate
+from gradleak.experiment.job import Job, model_at
+from gradleak.experiment.phases.attack import run_attacks
+from gradleak.experiment.phases.fl_run import run_fl
+from gradleak.experiment.phases.prepare_data import prepare_data
+from gradleak.experiment.phases.target import write_target
+from gradleak.experiment.victims import sequence_observations
+from gradleak.models import LeNet
+from gradleak.types import Setting
+from gradleak.utils.seeding import child_seeds
 
 CASE = "digits-lenet-iid-k4"
 ITERATIONS = 100  # Inverting Gradients' signed Adam, lr 0.1, TV 1e-4 (the paper's defaults)
@@ -255,7 +255,7 @@ def test_the_engine_sums_over_the_uploads_stacked_as_one_at_a_time(float64):
 
 def test_the_sequence_cost_is_the_sum_of_the_uploads_costs(float64):
     """The loss of a sequence victim at x is sum_t of the one-upload loss at x[S_t]."""
-    from fedleak.attacks.engine import Victims
+    from gradleak.attacks.engine import Victims
 
     victim = by_hand(victims=1)[0]
     stage = attacks.build("inverting_gradients", tv=0.01).stage(None)

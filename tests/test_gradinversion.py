@@ -20,11 +20,11 @@ import pytest
 import torch
 from conftest import assert_like_the_loop, stacked_and_looped
 
-from fedleak import attacks, metrics, models
-from fedleak.attacks.bn_statistics import batch_statistics, dataset_statistics
-from fedleak.data import load_digits, load_natural
-from fedleak.models.resnet import ResNet
-from fedleak.types import Update
+from gradleak import attacks, metrics, models
+from gradleak.attacks.bn_statistics import batch_statistics, dataset_statistics
+from gradleak.data import load_digits, load_natural
+from gradleak.models.resnet import ResNet
+from gradleak.types import Update
 
 BATCH = 4
 ITERATIONS = 20

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedleak.report import intervals as iv
+from gradleak.report import intervals as iv
 
 DRAWS = 2000  # simulated samples per case: a coverage estimate's standard error is 0.5 %
 

@@ -1,7 +1,7 @@
 """Learning to Invert (issue 47; Wu et al., UAI 2023): an inversion network trained on the
 public digits' defended uploads reconstructs held-out digits from their uploads, beats
 Inverting Gradients under quantization and pruning, and the pipeline trains one per attack
-job (``fedleak train-inverter``) that the attack ``lti`` loads."""
+job (``gradleak train-inverter``) that the attack ``lti`` loads."""
 
 from __future__ import annotations
 
@@ -12,24 +12,24 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from fedleak import attacks, defenses, metrics
-from fedleak import config as cfg
-from fedleak.attacks.lti import defended_uploads, train_inverter
-from fedleak.data import ImageData
-from fedleak.experiment import configuration, paths, pipeline
-from fedleak.experiment.estimate import _unit_call
-from fedleak.experiment.phases.attack import run_attacks
-from fedleak.experiment.phases.fl_run import run_fl
-from fedleak.experiment.phases.prepare_data import prepare_data
-from fedleak.experiment.phases.train_inverter import (
+from gradleak import attacks, defenses, metrics
+from gradleak import config as cfg
+from gradleak.attacks.lti import defended_uploads, train_inverter
+from gradleak.data import ImageData
+from gradleak.experiment import configuration, paths, pipeline
+from gradleak.experiment.estimate import _unit_call
+from gradleak.experiment.phases.attack import run_attacks
+from gradleak.experiment.phases.fl_run import run_fl
+from gradleak.experiment.phases.prepare_data import prepare_data
+from gradleak.experiment.phases.train_inverter import (
     inverter_file,
     load_inverter,
     train_job_inverter,
 )
-from fedleak.models import LeNet
-from fedleak.report.intervals import interval
-from fedleak.types import DefenseContext, Observation, Setting
-from fedleak.utils.io import load_torch
+from gradleak.models import LeNet
+from gradleak.report.intervals import interval
+from gradleak.types import DefenseContext, Observation, Setting
+from gradleak.utils.io import load_torch
 
 # small enough for a test: the paper's MLP-3000 trained 200 epochs on 50,000 images
 TRAINING = {"hidden": 256, "epochs": 40, "batch_size": 64, "lr": 1.0e-3, "features": None}

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
-from fedleak.experiment import configuration, pipeline
-from fedleak.experiment.phases.aggregate import figures, tables
-from fedleak.report import write_figures, write_report, write_tables
-from fedleak.report.matched_utility import (
+from gradleak.experiment import configuration, pipeline
+from gradleak.experiment.phases.aggregate import figures, tables
+from gradleak.report import write_figures, write_report, write_tables
+from gradleak.report.matched_utility import (
     MATCHED_COLUMNS,
     crossing,
     defense_directions,

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import torch
 
-from fedleak import metrics
+from gradleak import metrics
 
 
 def test_identical_images_score_perfectly(digits):
@@ -41,7 +41,7 @@ def test_lpips_on_vgg_reads_torchvision_s_vgg16_file_from_the_hub_cache(digits, 
     there, then 0 for an image itself and more for a noisier copy; AlexNet's stays NaN."""
     from torchvision.models import vgg
 
-    from fedleak.metrics import image
+    from gradleak.metrics import image
 
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
     image._lpips_model.cache_clear()
@@ -72,7 +72,7 @@ def test_stlpips_is_zero_for_identical_images_and_orders_a_blur_series():
     itself, and growing with the blur (16x16 digits, upsampled to 32 for its AlexNet)."""
     from torchvision.transforms.functional import gaussian_blur
 
-    from fedleak import data
+    from gradleak import data
 
     x = data.load_digits(channels=1, size=16).x[:4]
     assert metrics.stlpips(x, x) == 0.0

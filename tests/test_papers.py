@@ -1,6 +1,6 @@
-"""Paper configurations: their plans hold only what their targets need, the README's smoke
+"""Paper configurations: their plans hold only what their targets need, the manual's smoke
 command of EPAFL runs verbatim in a fresh copy and every other one plans the jobs that make
-all of its targets, and the README's table of targets is the one the configurations
+all of its targets, and the manual's table of targets is the one the configurations
 generate."""
 
 from __future__ import annotations
@@ -19,22 +19,23 @@ import torch
 from conftest import REPO
 from test_pipeline import ENV, copy_project, run
 
-from fedleak import config as cfg
-from fedleak.experiment import catalog, configuration, plan, priors
-from fedleak.experiment.phases.aggregate import undeclared_departures
-from fedleak.models.ported import architecture
-from fedleak.report.verdicts import CLAIM_COLUMNS
-from fedleak.utils.io import save_torch
+from gradleak import config as cfg
+from gradleak.experiment import catalog, configuration, plan, priors
+from gradleak.experiment.phases.aggregate import undeclared_departures
+from gradleak.models.ported import architecture
+from gradleak.report.verdicts import CLAIM_COLUMNS
+from gradleak.utils.io import save_torch
 
 PAPERS = sorted((REPO / "config" / "paper").glob("*.yaml"))
-README = (REPO / "README.md").read_text()
+PAPERS_PAGE = (REPO / "docs" / "papers.md").read_text()  # Reproducing a paper
+CONFIGURATION_PAGE = (REPO / "docs" / "configuration.md").read_text()
 
 
 def smoke_command(paper: str) -> str:
-    """The README's one-line smoke command for ``config/paper/<paper>.yaml``."""
-    lines = [line.strip().strip("`") for line in README.splitlines()
+    """The manual's one-line smoke command for ``config/paper/<paper>.yaml``."""
+    lines = [line.strip().strip("`") for line in PAPERS_PAGE.splitlines()
              if "snakemake" in line and f"config/paper/{paper}.yaml" in line and "smoke" in line]
-    assert len(lines) == 1, f"README needs one smoke line for {paper}, found {lines}"
+    assert len(lines) == 1, f"docs/papers.md needs one smoke line for {paper}, found {lines}"
     return lines[0]
 
 
@@ -77,14 +78,14 @@ def test_gias_full_mode_waits_for_its_stylegan2_files_and_plans_dcgans_only_when
     """`snakemake -n` on GIAS: without the StyleGAN2 weights it stops before any job naming
     `gan.weights`; with them, the attacks read the files, one DCGAN is trained (Fig. 6's
     wrong prior of CIFAR-10), GIML's generator for the FFHQ case only, no evaluation
-    network, every one of the ten targets; the README's `--config "gan={kind: dcgan}"`
+    network, every one of the ten targets; the manual's `--config "gan={kind: dcgan}"`
     trains a DCGAN for every dataset a prior is of instead."""
     root = copy_project(tmp_path / "project")
     command = shlex.split("snakemake -n --configfile config/paper/gias.yaml")
     proc = run(command, root, check=False)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert [line for line in proc.stderr.splitlines() if line.startswith("fedleak: ")] == [
-        "fedleak: gan.weights: 'priors/stylegan2-imagenet64.pt' does not exist (stylegan2 "
+    assert [line for line in proc.stderr.splitlines() if line.startswith("gradleak: ")] == [
+        "gradleak: gan.weights: 'priors/stylegan2-imagenet64.pt' does not exist (stylegan2 "
         "loads imagenet's generator from it: expected a rosinality/stylegan2-pytorch "
         "checkpoint holding 'g_ema', or the bare g_ema state dict, downloaded to that path; "
         "from no public file: GIAS's authors trained theirs (their README: bring your own); "
@@ -104,8 +105,8 @@ def test_gias_full_mode_waits_for_its_stylegan2_files_and_plans_dcgans_only_when
     assert targets == {"table1", "fig1", "fig3", "fig4", "fig5", "fig6", "figa1", "figa2",
                        "figa3", "figa4"}
 
-    dcgan = [line for line in README.splitlines() if "gan={kind: dcgan}" in line
-             and line.startswith("snakemake")]  # the README's command, dry
+    dcgan = [line for line in CONFIGURATION_PAGE.splitlines() if "gan={kind: dcgan}" in line
+             and line.startswith("snakemake")]  # the manual's command, dry
     proc = run([*shlex.split(dcgan[0]), "-n"], root)
     assert set(re.findall(r"results/gan/(\w+)\.pt", proc.stdout)) == {
         "imagenet", "ffhq", "cifar10"}
@@ -114,7 +115,7 @@ def test_gias_full_mode_waits_for_its_stylegan2_files_and_plans_dcgans_only_when
 
 def assert_every_target_made(results: Path, config: dict, compared: str) -> None:
     """Each target's table, panels and comparison with the paper are there, the report has
-    a section per target, and ``fedleak compare`` (its output ``compared``, lines of at
+    a section per target, and ``gradleak compare`` (its output ``compared``, lines of at
     most 100 characters) pairs rows of each target that has the paper's numbers; every
     claim is judged in claims.csv, which opens the report and the comparison."""
     for name, target in config["targets"].items():
@@ -139,7 +140,7 @@ def assert_every_target_made(results: Path, config: dict, compared: str) -> None
     assert set(claims["verdict"]) == {"untestable"}  # smoke scale: no paper's regime
     assert claims["why"].str.contains("smoke scale").all()
     assert set(claims["scale"]) == {"smoke"} and set(claims["data"]) <= {"paper", "stand-in"}
-    # the report opens with the verdicts; `fedleak compare` prints them first
+    # the report opens with the verdicts; `gradleak compare` prints them first
     assert [line for line in report.splitlines() if line.startswith("## ")][0] == \
         "## Does the paper's claim hold?"
     assert compared.startswith(f"claims of {config['paper']}: ")
@@ -149,12 +150,12 @@ def assert_every_target_made(results: Path, config: dict, compared: str) -> None
 
 @pytest.mark.slow
 @pytest.mark.parametrize("paper", [p.stem for p in PAPERS])
-def test_readme_smoke_plan_runs_every_target(paper, tmp_path):
-    """Every README smoke line plans, as a dry run, the jobs that its configuration's plan
+def test_smoke_plan_runs_every_target(paper, tmp_path):
+    """Every smoke line of the manual plans, as a dry run, the jobs that its configuration's plan
     runs here in one process (``in_process``: the same job functions, each making the
     outputs its rule declares, without a Snakemake job's process: EPAFL's 48 jobs took 465
     s through Snakemake in the suite, 101 s here); one target is then re-made through
-    Snakemake, and the targets are all there; `fedleak compare` pairs their rows with the
+    Snakemake, and the targets are all there; `gradleak compare` pairs their rows with the
     paper's."""
     root = copy_project(tmp_path / "project")
     dry = subprocess.run(f"{smoke_command(paper)} -n --quiet rules", shell=True, cwd=root,
@@ -162,7 +163,7 @@ def test_readme_smoke_plan_runs_every_target(paper, tmp_path):
     assert dry.returncode == 0, dry.stderr[-4000:]
     planned = dict(re.findall(r"^(\w+) +(\d+)$", dry.stdout + dry.stderr, flags=re.M))
     # the dry run names each claim the smoke scale cannot decide, before any job
-    untestable = re.findall(r"^fedleak: claim (\S+) is untestable at scale smoke: smoke scale",
+    untestable = re.findall(r"^gradleak: claim (\S+) is untestable at scale smoke: smoke scale",
                             dry.stderr, flags=re.M)
     results = root / "results"
     config = in_process.resolved(root / "config" / "paper" / f"{paper}.yaml", results,
@@ -180,19 +181,19 @@ def test_readme_smoke_plan_runs_every_target(paper, tmp_path):
     assert again.returncode == 0, again.stderr[-4000:]
     assert dict(re.findall(r"^(\w+) +(\d+)$", again.stderr.split("Job stats:")[1],
                            flags=re.M)) == {"target": "1", "total": "1"}
-    compared = subprocess.run("fedleak compare --config results/config.resolved.json",
+    compared = subprocess.run("gradleak compare --config results/config.resolved.json",
                               shell=True, cwd=root, env=ENV, capture_output=True, text=True)
     assert compared.returncode == 0, compared.stderr
     assert_every_target_made(results, config, compared.stdout)
 
 
 @pytest.mark.slow
-def test_readme_targets_table_is_generated_from_the_configs(monkeypatch):
+def test_manual_targets_table_is_generated_from_the_configs(monkeypatch):
     monkeypatch.chdir(REPO)
     begin, end = "<!-- targets:begin -->\n", "<!-- targets:end -->"
-    table = README[README.index(begin) + len(begin):README.index(end)]
+    table = PAPERS_PAGE[PAPERS_PAGE.index(begin) + len(begin):PAPERS_PAGE.index(end)]
     assert table == catalog.targets_table([p.relative_to(REPO) for p in PAPERS])
-    cli = subprocess.run([sys.executable, "-m", "fedleak.cli", "targets",
+    cli = subprocess.run([sys.executable, "-m", "gradleak.cli", "targets",
                           *[str(p.relative_to(REPO)) for p in PAPERS]], cwd=REPO, env=ENV,
                          capture_output=True, text=True)
     assert cli.returncode == 0 and cli.stdout == table
@@ -238,6 +239,6 @@ def test_the_catalog_names_the_data_and_files_of_the_jobs_a_target_plans():
     assert rows[("| gias", "fig6")].endswith("| no: needs cifar10, ffhq |")
 
 
-def test_every_paper_config_has_a_readme_smoke_line():
+def test_every_paper_config_has_a_smoke_line_in_the_manual():
     for paper in PAPERS:
         assert "--config scale=smoke" in smoke_command(paper.stem)

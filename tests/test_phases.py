@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from fedleak import config as cfg
-from fedleak.experiment import code, configuration, dvc, phases, pipeline
-from fedleak.experiment.phase import typed
+from gradleak import config as cfg
+from gradleak.experiment import code, configuration, dvc, phases, pipeline
+from gradleak.experiment.phase import typed
 
 CONFIGS = [REPO / "config" / "config.yaml", REPO / "config" / "test.yaml",
            *sorted((REPO / "config" / "paper").glob("*.yaml"))]
-PHASES_DIR = REPO / "src" / "fedleak" / "experiment" / "phases"
+PHASES_DIR = REPO / "src" / "gradleak" / "experiment" / "phases"
 
 
 def test_each_module_under_phases_is_a_phase_named_after_it():
@@ -29,7 +29,7 @@ def test_each_module_under_phases_is_a_phase_named_after_it():
 
 
 def test_dvc_yaml_is_made_from_the_phases_declarations():
-    """`fedleak dvc-yaml > dvc.yaml` after changing a phase: no second hand-kept graph."""
+    """`gradleak dvc-yaml > dvc.yaml` after changing a phase: no second hand-kept graph."""
     assert (REPO / "dvc.yaml").read_text() == dvc.dvc_yaml(REPO)
 
 
@@ -37,7 +37,7 @@ def test_a_second_clone_names_its_own_files_and_says_when_the_imported_package_d
         tmp_path):
     """A reviewer's clone whose environment imports the first checkout's package (an
     editable install made there): dvc.yaml names the clone's files, relative, and the jobs'
-    digests read them; once the clone's files differ, `fedleak dvc-yaml` (and every
+    digests read them; once the clone's files differ, `gradleak dvc-yaml` (and every
     snakemake start) says so in one line."""
     import subprocess
     import sys
@@ -50,16 +50,16 @@ def test_a_second_clone_names_its_own_files_and_says_when_the_imported_package_d
     imported = code.job_digest(aggregate, config, tmp_path, {}, REPO)
 
     def dvc_yaml():
-        made = subprocess.run([sys.executable, "-m", "fedleak.cli", "dvc-yaml"], cwd=clone,
+        made = subprocess.run([sys.executable, "-m", "gradleak.cli", "dvc-yaml"], cwd=clone,
                               env=ENV, capture_output=True, text=True, check=True)
         assert made.stdout == (clone / "dvc.yaml").read_text()
         return made.stderr.splitlines()
 
     assert dvc_yaml() == []
-    figures = clone / "src" / "fedleak" / "report" / "figures.py"
+    figures = clone / "src" / "gradleak" / "report" / "figures.py"
     figures.write_text(figures.read_text() + "\n# an edit in the clone\n")
     warning = dvc_yaml()
-    assert len(warning) == 1 and warning[0].startswith("fedleak: warning: the imported package")
+    assert len(warning) == 1 and warning[0].startswith("gradleak: warning: the imported package")
     assert str(code.ROOT) in warning[0] and str(figures.parents[1]) in warning[0]
     assert code.job_digest(aggregate, config, tmp_path, {}, clone) != imported
 
@@ -110,7 +110,7 @@ def test_a_job_s_code_includes_the_loaders_of_what_it_loads(tmp_path):
     plain = typed({"case": "digits-lenet-iid-k4", "setting": "none-0", "seed": "0"})
     refiner = {**plain, "setting": typed({"setting": "refiner-0.1"})["setting"]}
     root = code.ROOT.parent.parent
-    loader = "src/fedleak/experiment/phases/train_evalnet.py"
+    loader = "src/gradleak/experiment/phases/train_evalnet.py"
     assert loader in code.job_files(fl, config, tmp_path, refiner, root)
     assert loader not in code.job_files(fl, config, tmp_path, plain, root)
 
@@ -118,7 +118,7 @@ def test_a_job_s_code_includes_the_loaders_of_what_it_loads(tmp_path):
 def test_every_phase_is_a_command_and_a_stage():
     """Everything reads the declarations: the CLI's commands and DVC's stages list every
     phase (a new module under phases/ is all it takes)."""
-    from fedleak import cli
+    from gradleak import cli
 
     help_text = cli._parser().format_help()
     text = dvc.dvc_yaml(REPO)
@@ -128,14 +128,14 @@ def test_every_phase_is_a_command_and_a_stage():
 
 
 def test_the_package_loads_no_subpackage_until_used():
-    """`import fedleak` and a phase module's package import nothing else: a job loads the
+    """`import gradleak` and a phase module's package import nothing else: a job loads the
     code it runs."""
     import subprocess
     import sys
 
-    probe = ("import sys, fedleak, fedleak.experiment.phases; "
-             "print(sorted(m for m in sys.modules if m.startswith('fedleak')))")
+    probe = ("import sys, gradleak, gradleak.experiment.phases; "
+             "print(sorted(m for m in sys.modules if m.startswith('gradleak')))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True).stdout
-    assert "fedleak.attacks" not in out and "fedleak.experiment.phases.attack" not in out
-    assert Path(code.file_of("fedleak")).name == "__init__.py"
+    assert "gradleak.attacks" not in out and "gradleak.experiment.phases.attack" not in out
+    assert Path(code.file_of("gradleak")).name == "__init__.py"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import REPO, commands, readme_block
+from conftest import REPO, commands, doc_block
 
 PROJECT_FILES = ["Snakefile", "dvc.yaml", "params.yaml", ".dvcignore", "matplotlibrc",
                  "workflow", "config", "src"]
@@ -119,7 +119,7 @@ def test_a_second_run_stops_at_once_and_names_the_live_one(live_local_run, secon
     assert proc.returncode != 0
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith(f"fedleak: another snakemake run (pid {process.pid}, started ")
+    assert lines[0].startswith(f"gradleak: another snakemake run (pid {process.pid}, started ")
     assert str(root) in lines[0] and not any(word in proc.stderr for word in DAMAGING)
     assert (root / "results" / "config.resolved.json").read_bytes() == resolved
 
@@ -160,7 +160,7 @@ def test_an_edit_re_plans_only_the_jobs_that_run_the_edited_code(local_run):
     env = own_source(local_run)
 
     def after(edit: str, old: str = "", new: str = "\n# an edit\n") -> Counter:
-        path = local_run / "src" / "fedleak" / edit
+        path = local_run / "src" / "gradleak" / edit
         text = path.read_text()
         assert old in text
         try:
@@ -275,17 +275,18 @@ def test_slurm_runs_every_job_in_arrays_or_alone_and_resubmits_a_cancelled_one(
         local_run, tmp_path):
     """Both SLURM profiles on a real single-node SLURM (tests/cluster/slurm-local.sh):
     workflow/profiles/slurm-array makes the FL runs (`all_fl_run`; those ready together go
-    to SLURM as one array, each job once), then the README's cluster block, as written,
-    makes the rest through workflow/profiles/slurm, one sbatch per job with its rule's
-    partition, memory and wall time; an attack job cancelled with scancel mid-run is
-    submitted again (the profile's retries). Together they run the local run's jobs, and
-    the tables and figures are the local run's, byte for byte."""
+    to SLURM as one array, each job once), then the manual's cluster block
+    (docs/cluster.md) as written, makes the rest through workflow/profiles/slurm, one
+    sbatch per job with its rule's partition, memory and wall time; an attack job
+    cancelled with scancel mid-run is submitted again (the profile's retries). Together
+    they run the local run's jobs, and the tables and figures are the local run's, byte
+    for byte."""
     root = copy_project(tmp_path / "project")
     arrays = subprocess.run([*SNAKEMAKE, "all_fl_run", "--profile",
                              "workflow/profiles/slurm-array", "--configfile", "config/test.yaml",
                              "--seconds-between-status-checks", "2",
                              "--slurm-init-seconds-before-status-checks", "2"], cwd=root,
-                            env={**ENV, "FEDLEAK_SLURM_GPUS": "0"},  # the node has no GPU
+                            env={**ENV, "GRADLEAK_SLURM_GPUS": "0"},  # the node has no GPU
                             capture_output=True, text=True)
     first = arrays.stdout + arrays.stderr
     assert arrays.returncode == 0, first[-3000:]
@@ -301,7 +302,8 @@ def test_slurm_runs_every_job_in_arrays_or_alone_and_resubmits_a_cancelled_one(
     for jobid, slurm_id in alone:
         assert_resources(rule_of[jobid], slurm_id)
 
-    script = "\n".join(commands(readme_block("### Try it on one machine", "bash", 2)))
+    block = doc_block("docs/cluster.md", "## Try it on one machine", "bash", 2)
+    script = "\n".join(commands(block))
     process = subprocess.Popen(["bash", "-e", "-c", script], cwd=root, env=ENV,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     cancelled = cancel_first_running("attack", process)
@@ -339,11 +341,11 @@ def test_dvc_repro_runs_every_stage_then_has_nothing_to_do(dvc_run):
     assert "up to date" in second.stdout
     assert (root / "dvc.lock").read_text() == lock
 
-    # The reviewers' path, as the README writes it: push to a remote, pull in a fresh
+    # The reviewers' path, as the manual writes it (docs/dvc.md): push to a remote, pull in a fresh
     # clone, nothing to reproduce, every file verified; a tampered table is named.
     env = {**ENV, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    script = "\n".join(commands(readme_block("## Reproduce as a reviewer", "bash")))
+    script = "\n".join(commands(doc_block("docs/dvc.md", "## Reproduce as a reviewer", "bash")))
     review = subprocess.run(["bash", "-e", "-c", script], cwd=root, env=env,
                             capture_output=True, text=True)
     assert review.returncode == 0, review.stdout[-2000:] + review.stderr[-2000:]
@@ -356,7 +358,7 @@ def test_dvc_repro_runs_every_stage_then_has_nothing_to_do(dvc_run):
         (root / "results" / "report.md").read_bytes()
     with (clone / "results" / "tables" / "utility.csv").open("a") as table:
         table.write("0,0\n")
-    tampered = run(["fedleak", "verify"], clone, check=False)
+    tampered = run(["gradleak", "verify"], clone, check=False)
     assert tampered.returncode != 0
     assert "modified: results/tables/utility.csv" in tampered.stderr
 
@@ -368,13 +370,13 @@ def test_dvc_repro_runs_every_stage_then_has_nothing_to_do(dvc_run):
 ])
 def test_bad_config_fails_before_any_job_with_one_line(tmp_path, override, key):
     """--config overrides on the embedded default (tests/test_errors_config.py has the
-    rest of what the configuration refuses, through `fedleak validate`)."""
+    rest of what the configuration refuses, through `gradleak validate`)."""
     root = copy_project(tmp_path / "project")
     proc = run([*SNAKEMAKE, "--cores", "1", "--config", *override], root, check=False)
     assert proc.returncode != 0
     lines = [line for line in proc.stderr.splitlines() if key in line]
     assert len(lines) == 1, proc.stderr
-    assert "fedleak: invalid config" in lines[0]
+    assert "gradleak: invalid config" in lines[0]
     assert not (root / "results").exists()
 
 
@@ -382,9 +384,9 @@ def test_bad_config_fails_before_any_job_with_one_line(tmp_path, override, key):
 def test_a_bad_cluster_variable_fails_before_any_job_with_one_line(tmp_path):
     root = copy_project(tmp_path / "project")
     proc = subprocess.run([*SNAKEMAKE, "-n", "--configfile", "config/test.yaml"], cwd=root,
-                          env={**ENV, "FEDLEAK_SLURM_GPUS": "two"}, capture_output=True, text=True)
+                          env={**ENV, "GRADLEAK_SLURM_GPUS": "two"}, capture_output=True, text=True)
     assert proc.returncode != 0
-    assert "fedleak: FEDLEAK_SLURM_GPUS='two': expected a number" in proc.stderr.splitlines()
+    assert "gradleak: GRADLEAK_SLURM_GPUS='two': expected a number" in proc.stderr.splitlines()
 
 
 @pytest.mark.slow

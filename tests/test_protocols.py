@@ -1,6 +1,7 @@
-"""The FL protocol as an axis (issue 48): `protocols:` runs every point under each protocol,
+"""The FL protocol as an axis: `protocols:` runs every point under each protocol,
 each judged against its own undefended run (PMM, the matched-utility curves), and the
-rankings side by side (`protocol_ranking.csv`); config/protocol.yaml's README smoke line."""
+rankings side by side (`protocol_ranking.csv`); config/protocol.yaml's smoke line
+in the manual (docs/papers.md)."""
 
 from __future__ import annotations
 
@@ -16,16 +17,16 @@ from conftest import REPO
 from test_matched_utility import _json
 from test_pipeline import ENV, copy_project
 
-from fedleak.config import ConfigError, read
-from fedleak.experiment import configuration, plan
-from fedleak.report import write_figures, write_report, write_tables
-from fedleak.report.matched_utility import matched_utility
-from fedleak.report.protocol_ranking import protocol_ranking, ranking_summary
-from fedleak.types import Setting
+from gradleak.config import ConfigError, read
+from gradleak.experiment import configuration, plan
+from gradleak.report import write_figures, write_report, write_tables
+from gradleak.report.matched_utility import matched_utility
+from gradleak.report.protocol_ranking import protocol_ranking, ranking_summary
+from gradleak.types import Setting
 
 CASE = "digits-lenet-iid-k10"
 FEDAVG = "attack.protocol.batch_size=4~fl.local_steps=5"
-README = (REPO / "README.md").read_text()
+PAPERS_PAGE = (REPO / "docs" / "papers.md").read_text()
 
 
 def test_each_point_runs_under_each_protocol_with_its_own_undefended_fl_run():
@@ -125,7 +126,7 @@ def test_one_protocol_makes_no_ranking_and_a_tie_keeps_the_best():
 
 
 def _smoke_line() -> str:
-    lines = [line.strip().strip("`") for line in README.splitlines()
+    lines = [line.strip().strip("`") for line in PAPERS_PAGE.splitlines()
              if line.startswith("snakemake") and "config/protocol.yaml" in line
              and "scale=smoke" in line]
     assert len(lines) == 1, lines
@@ -133,8 +134,8 @@ def _smoke_line() -> str:
 
 
 @pytest.mark.slow
-def test_the_readme_protocol_smoke_run_writes_both_matched_utility_tables_side_by_side(tmp_path):
-    """The README's smoke line for config/protocol.yaml, planned by Snakemake (dry run) and
+def test_the_manual_protocol_smoke_run_writes_both_matched_utility_tables_side_by_side(tmp_path):
+    """The manual's smoke line for config/protocol.yaml, planned by Snakemake (dry run) and
     run in this process (``in_process``), then its aggregate re-made through Snakemake."""
     root = copy_project(tmp_path / "project")
     line = _smoke_line()

@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedleak import adversaries, data, defenses
-from fedleak.adversaries import (
+from gradleak import adversaries, data, defenses
+from gradleak.adversaries import (
     ModelZoo,
     features_of,
     gradient_features,
@@ -21,9 +21,9 @@ from fedleak.adversaries import (
     save_zoo,
     train_zoo,
 )
-from fedleak.defenses.recupfl import RecUPFL, flatten, loss_gradient
-from fedleak.models import LeNet
-from fedleak.types import DefenseContext, Update
+from gradleak.defenses.recupfl import RecUPFL, flatten, loss_gradient
+from gradleak.models import LeNet
+from gradleak.types import DefenseContext, Update
 
 SIZE = 64  # feature size: small, so the tests stay fast
 
@@ -146,7 +146,7 @@ def test_adversaries_are_deterministic_and_reject_bad_input(setup):
 
 
 def test_a_neural_adversarys_saved_state_predicts_like_the_fitted_one(setup, stru_nn, tmp_path):
-    from fedleak.utils.io import load_torch, save_torch
+    from gradleak.utils.io import load_torch, save_torch
 
     feats = setup["feats"][setup["test"]]
     save_torch(tmp_path / "adversary.pt", stru_nn.state())

@@ -8,13 +8,13 @@ import pytest
 import torch
 from conftest import REPO
 
-from fedleak import config, data, defenses
-from fedleak.adversaries.zoo import train_zoo
-from fedleak.data.attributes import CLASSES, stand_in
-from fedleak.experiment import configuration, plan
-from fedleak.fl.client import client_update
-from fedleak.models import LeNet
-from fedleak.types import DefenseContext, Update
+from gradleak import config, data, defenses
+from gradleak.adversaries.zoo import train_zoo
+from gradleak.data.attributes import CLASSES, stand_in
+from gradleak.experiment import configuration, plan
+from gradleak.fl.client import client_update
+from gradleak.models import LeNet
+from gradleak.types import DefenseContext, Update
 
 PAPER = REPO / "config" / "paper" / "recupfl.yaml"
 

@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 from conftest import REPO
 
-from fedleak import config
-from fedleak.experiment import configuration, gather, paths, plan
-from fedleak.experiment.phases import target
-from fedleak.experiment.phases.train_zoo import zoo_attributes
-from fedleak.report.targets import (
+from gradleak import config
+from gradleak.experiment import configuration, gather, paths, plan
+from gradleak.experiment.phases import target
+from gradleak.experiment.phases.train_zoo import zoo_attributes
+from gradleak.report.targets import (
     FIGURES,
     TargetInputs,
     attribute_figure,
@@ -20,7 +20,7 @@ from fedleak.report.targets import (
     select_rows,
     write_target,
 )
-from fedleak.utils.io import write_json
+from gradleak.utils.io import write_json
 
 EMPTY = pd.DataFrame()
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedleak import defenses, metrics
-from fedleak.models import LeNet
-from fedleak.models.evalnet import monotonicity, train_evaluation_network
+from gradleak import defenses, metrics
+from gradleak.models import LeNet
+from gradleak.models.evalnet import monotonicity, train_evaluation_network
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +96,9 @@ def test_the_evaluation_network_trains_on_tinyimagenet_s_train_folder(tmp_path):
     from conftest import tiny_config
     from PIL import Image
 
-    from fedleak.experiment import configuration, paths
-    from fedleak.experiment.phases.prepare_data import prepare_data
-    from fedleak.experiment.phases.train_evalnet import train_evalnet
+    from gradleak.experiment import configuration, paths
+    from gradleak.experiment.phases.prepare_data import prepare_data
+    from gradleak.experiment.phases.train_evalnet import train_evalnet
 
     rng = np.random.default_rng(0)
     for wnid in ("n01443537", "n01629819"):

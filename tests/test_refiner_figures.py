@@ -9,12 +9,12 @@ import pytest
 import torch
 from conftest import REPO
 
-from fedleak import config as cfg
-from fedleak import data
-from fedleak.experiment import configuration, plan
-from fedleak.report import privacy_grid
-from fedleak.report.targets import FIGURES, TargetInputs, write_target
-from fedleak.utils.io import save_image_grid
+from gradleak import config as cfg
+from gradleak import data
+from gradleak.experiment import configuration, plan
+from gradleak.report import privacy_grid
+from gradleak.report.targets import FIGURES, TargetInputs, write_target
+from gradleak.utils.io import save_image_grid
 
 # --------------------------------------------------------------------------------------
 # Fig. 8: the privacy-line grid

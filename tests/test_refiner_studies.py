@@ -11,20 +11,20 @@ import pytest
 import torch
 from conftest import REPO
 
-from fedleak import config, defenses, metrics
-from fedleak.defenses.refiner import layer_weights, project_to_ball
-from fedleak.experiment import configuration, paths, pipeline, plan
-from fedleak.experiment.phases.prepare_data import prepare_data
-from fedleak.experiment.phases.study import inputs as study_inputs
-from fedleak.experiment.phases.study import run as run_study
-from fedleak.experiment.phases.target import write_target
-from fedleak.experiment.phases.train_evalnet import train_evalnet
-from fedleak.experiment.studies.evalnet_blend import blend_predictions
-from fedleak.experiment.studies.registry import load as load_study
-from fedleak.models import LeNet
-from fedleak.report import load_target
-from fedleak.report.targets import compare
-from fedleak.types import Update
+from gradleak import config, defenses, metrics
+from gradleak.defenses.refiner import layer_weights, project_to_ball
+from gradleak.experiment import configuration, paths, pipeline, plan
+from gradleak.experiment.phases.prepare_data import prepare_data
+from gradleak.experiment.phases.study import inputs as study_inputs
+from gradleak.experiment.phases.study import run as run_study
+from gradleak.experiment.phases.target import write_target
+from gradleak.experiment.phases.train_evalnet import train_evalnet
+from gradleak.experiment.studies.evalnet_blend import blend_predictions
+from gradleak.experiment.studies.registry import load as load_study
+from gradleak.models import LeNet
+from gradleak.report import load_target
+from gradleak.report.targets import compare
+from gradleak.types import Update
 
 REFINER = config.read(REPO / "config" / "paper" / "refiner.yaml")
 RATIOS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]

@@ -7,9 +7,9 @@ import pytest
 import torch
 from conftest import REPO
 
-from fedleak import defenses
-from fedleak.experiment import configuration, plan
-from fedleak.models import LeNet
+from gradleak import defenses
+from gradleak.experiment import configuration, plan
+from gradleak.models import LeNet
 
 
 @pytest.fixture()

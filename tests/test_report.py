@@ -1,4 +1,4 @@
-"""Tests for fedleak.report: tables, deterministic figures and the markdown report."""
+"""Tests for gradleak.report: tables, deterministic figures and the markdown report."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedleak.report import save_figure, write_figures, write_report, write_tables
-from fedleak.report.figures import evalnet_monotonicity
-from fedleak.report.tables import EVALNET_COLUMNS, PRIVACY_COLUMNS, TRADEOFF_COLUMNS
+from gradleak.report import save_figure, write_figures, write_report, write_tables
+from gradleak.report.figures import evalnet_monotonicity
+from gradleak.report.tables import EVALNET_COLUMNS, PRIVACY_COLUMNS, TRADEOFF_COLUMNS
 
 CASE = "digits-lenet-iid"
 SETTINGS = [("none", 0.0), ("dp_gaussian", 0.01), ("dp_gaussian", 0.1)]
@@ -147,7 +147,7 @@ def test_report(inputs: dict[str, list[Path]], tmp_path: Path) -> None:
     tables, figures = _build(inputs, root)
     report = write_report(tables, figures, [], root / "report.md")
     text = report.read_text()
-    assert text.startswith("# fedleak report")
+    assert text.startswith("# gradleak report")
     for fig in figures:
         assert f"](figures/{fig.name})" in text
     assert "`digits`: monotonic" in text and "inverting_gradients" in text
@@ -171,7 +171,7 @@ def _tradeoff_rows(rows: list[tuple]) -> pd.DataFrame:
 
 
 def test_censor_table_has_one_row_per_setting_and_four_metrics_per_attack() -> None:
-    from fedleak.report.tables import censor_table
+    from gradleak.report.tables import censor_table
 
     tradeoff = _tradeoff_rows([
         ("c", "none", 0.0, "dlg", 100, 30.0, 0.9, 0.001, np.nan, 0.3, 0.1),
@@ -192,7 +192,7 @@ def test_censor_table_has_one_row_per_setting_and_four_metrics_per_attack() -> N
 
 
 def test_censor_tradeoff_labels_each_setting_with_its_fallback_rate() -> None:
-    from fedleak.report.figures import censor_tradeoff
+    from gradleak.report.figures import censor_tradeoff
 
     table = pd.DataFrame({"case": ["c"] * 3, "defense": ["none", "censor", "censor_alg1"],
                           "strength": [0.0, 5.0, 5.0], "accuracy": [0.9, 0.1, 0.85],

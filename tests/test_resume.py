@@ -10,15 +10,15 @@ import pytest
 import torch
 from conftest import lenet_victims, observe_defended
 
-from fedleak import attacks, data, defenses
-from fedleak.adversaries.zoo import train_zoo
-from fedleak.attacks.giml import meta_learn_generator
-from fedleak.experiment.resume import Resume
-from fedleak.fl import FLSettings, run_federated
-from fedleak.models import Generator, LeNet
-from fedleak.models.dcgan import init_weights, train_dcgan
-from fedleak.types import Update
-from fedleak.utils.io import save_torch
+from gradleak import attacks, data, defenses
+from gradleak.adversaries.zoo import train_zoo
+from gradleak.attacks.giml import meta_learn_generator
+from gradleak.experiment.resume import Resume
+from gradleak.fl import FLSettings, run_federated
+from gradleak.models import Generator, LeNet
+from gradleak.models.dcgan import init_weights, train_dcgan
+from gradleak.types import Update
+from gradleak.utils.io import save_torch
 
 
 class Killed(Exception):
@@ -208,7 +208,7 @@ def test_a_damaged_kept_attack_chunk_is_recomputed_with_a_warning(digits, tmp_pa
     assert computed == [1, 2, 3]  # the damaged chunk is done again, the good one read
     assert all(torch.equal(a.images, b.images) for a, b in zip(whole, again))
     warned = capsys.readouterr().err
-    assert "fedleak: warning: a damaged kept piece is discarded and its work done again" in \
+    assert "gradleak: warning: a damaged kept piece is discarded and its work done again" in \
         warned and "ig.1.pt is not a readable torch file" in warned
 
 

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedleak import attacks, defenses, metrics, models
-from fedleak.attacks.rgap import layer_errors
+from gradleak import attacks, defenses, metrics, models
+from gradleak.attacks.rgap import layer_errors
 
 
 def observe(model, x, y, defense: str = "none", **params) -> attacks.Observation:
@@ -185,7 +185,7 @@ def test_prior_layers_beyond_the_convolutions_are_refused_before_any_work(digits
         attacks.build("rgap", prior_layers=7, generator=Untouchable())(obs)
     with pytest.raises(ValueError, match="needs generator="):
         attacks.build("rgap", prior_layers=1)
-    from fedleak import config
+    from gradleak import config
 
     def needs(**params):
         return attacks.needs("rgap", config.resolve("attacks", "rgap", params))
@@ -198,9 +198,9 @@ def test_the_attack_phase_records_every_layers_error(digits, tmp_path):
     """metrics.json's victim record holds layer_errors (input first) and the layer reports
     of an attack whose reconstruction carries per-layer inputs, and the target frame reads
     them; other attacks' records have none."""
-    from fedleak.experiment.records import victim_record as _victim_record
-    from fedleak.report.tables import ATTACK_KEYS, victim_rows
-    from fedleak.utils.io import write_json
+    from gradleak.experiment.records import victim_record as _victim_record
+    from gradleak.report.tables import ATTACK_KEYS, victim_rows
+    from gradleak.utils.io import write_json
 
     x, y = in_range_digit(digits)
     model = seeded("cnn6", 16)
@@ -227,7 +227,7 @@ def test_the_attack_phase_records_every_layers_error(digits, tmp_path):
 def test_the_latent_searchs_cost_is_the_closed_forms_system():
     """Eq. 11's differentiable cost |A_r x - b_r|^2 / |b_r|^2 (patches and a convolution)
     equals the sparse system the pseudo-inverse solves (padding and strides included)."""
-    from fedleak.attacks.rgap import _system, system_cost
+    from gradleak.attacks.rgap import _system, system_cost
 
     torch.manual_seed(0)
     conv = nn.Conv2d(3, 5, 4, stride=2, padding=2, bias=False).double()
@@ -246,8 +246,8 @@ def test_the_latent_search_is_the_engines_stage(digits, monkeypatch):
     """Eq. 11's search runs through the engine's loop like every attack's stage: one
     ``Victims.solve`` of a Stage whose cost is the system's (no gradient distance), GIAS's
     schedule (App. H), the restarts drawn from the attack's seed."""
-    from fedleak.attacks import engine
-    from fedleak.attacks.gias import MILESTONES
+    from gradleak.attacks import engine
+    from gradleak.attacks.gias import MILESTONES
 
     seen, solve = [], engine.Victims.solve
     monkeypatch.setattr(engine.Victims, "solve", lambda self, stage, starts=None: (
@@ -268,7 +268,7 @@ def test_the_rank_after_a_condition_estimate_is_the_eigenvalues_count(spread, mo
     n - 5): the rank :func:`rgap._rank` reports, first from LAPACK's condition estimate
     where a Cholesky factor exists, is the count of singular values above the cutoff, as
     the full spectrum gives; a spectrum clear of the cutoff needs no eigendecomposition."""
-    from fedleak.attacks.rgap import _rank
+    from gradleak.attacks.rgap import _rank
 
     n, rcond = 300, 1e-7
     rng = torch.Generator().manual_seed(0)
@@ -291,7 +291,7 @@ def test_a_layer_system_solved_before_is_not_built_again(digits, monkeypatch):
     """R-GAP's rows with and without a prior attack one upload with the same systems above
     the prior (GIAS Table 1): each is solved once, with the images and reports of solving
     it again; another upload's systems are its own."""
-    from fedleak.attacks import rgap
+    from gradleak.attacks import rgap
 
     model = seeded("cnn6", 16)
     first, second = (observe(model, *digit(digits, 16, index)) for index in (0, 1))

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from conftest import lenet_victims, observe_defended
 
-from fedleak import attacks, metrics
-from fedleak.attacks.engine import Victims
-from fedleak.report.intervals import interval
+from gradleak import attacks, metrics
+from gradleak.attacks.engine import Victims
+from gradleak.report.intervals import interval
 
 BUDGET = 100  # ROG's T_max; Inverting Gradients gets as many iterations
 

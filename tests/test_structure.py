@@ -15,15 +15,15 @@ import pytest
 import torch
 from conftest import REPO
 
-from fedleak import attacks, config, defenses
-from fedleak.experiment import phases
-from fedleak.experiment.phase import Kind
-from fedleak.types import ARTIFACTS
+from gradleak import attacks, config, defenses
+from gradleak.experiment import phases
+from gradleak.experiment.phase import Kind
+from gradleak.types import ARTIFACTS
 
-PACKAGE = REPO / "src" / "fedleak"
+PACKAGE = REPO / "src" / "gradleak"
 # docs/architecture.md: each layer may import its own layer (without cycles) and those below.
 LAYERS = {
-    "types": 0, "config": 0, "utils": 0, "data": 0, "models": 0, "metrics": 0,
+    "types": 0, "config": 0, "plugins": 0, "utils": 0, "data": 0, "models": 0, "metrics": 0,
     "fl": 1, "defenses": 1, "attacks": 1, "adversaries": 1, "report": 1,
     "experiment": 2,
     "cli": 3,
@@ -31,12 +31,12 @@ LAYERS = {
 
 
 def _unit(module: str) -> str:
-    """fedleak.attacks.gias -> attacks; fedleak.cli -> cli."""
+    """gradleak.attacks.gias -> attacks; gradleak.cli -> cli."""
     return module.split(".")[1]
 
 
 def _imports() -> dict[str, set[str]]:
-    """Package unit -> the fedleak units its modules import."""
+    """Package unit -> the gradleak units its modules import."""
     graph: dict[str, set[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -49,9 +49,9 @@ def _imports() -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module] if node.module != "fedleak" else \
-                    [f"fedleak.{a.name}" for a in node.names]
-            found |= {_unit(n) for n in names if n.startswith("fedleak.")} - {unit}
+                names = [node.module] if node.module != "gradleak" else \
+                    [f"gradleak.{a.name}" for a in node.names]
+            found |= {_unit(n) for n in names if n.startswith("gradleak.")} - {unit}
     return graph
 
 
@@ -115,8 +115,8 @@ def test_no_two_files_import_each_other_in_a_circle():
 def test_loading_every_phase_s_declaration_leaves_the_plotting_stack_unimported():
     """Every Snakemake start (each SLURM job's too) loads every phase's declaration: the
     report's plotting stack (seaborn, scipy.stats: 2-3 s) is for the jobs that draw."""
-    code = ("import sys; from fedleak.experiment import phases; phases.every(); "
-            "print(sorted(m for m in ('seaborn', 'scipy.stats', 'fedleak.report') "
+    code = ("import sys; from gradleak.experiment import phases; phases.every(); "
+            "print(sorted(m for m in ('seaborn', 'scipy.stats', 'gradleak.report') "
             "if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True).stdout.strip()
@@ -164,9 +164,9 @@ def test_constructor_takes_the_schema_parameters_without_defaults(kind, name, cl
 
 
 def _artifacts(name: str) -> dict:
-    from fedleak.adversaries import FeatureNet, ModelZoo
-    from fedleak.attacks.lti import Inverter
-    from fedleak.models import EvaluationNetwork, Generator
+    from gradleak.adversaries import FeatureNet, ModelZoo
+    from gradleak.attacks.lti import Inverter
+    from gradleak.models import EvaluationNetwork, Generator
 
     if name == "recupfl":
         return {"zoo": ModelZoo(8, {"a": 2}, {"a": [FeatureNet(8, [4], 2) for _ in range(5)]})}
@@ -213,8 +213,8 @@ def test_every_need_names_an_artifact_kind(kind, registry):
 
 
 def test_eval_mode_is_restored():
-    from fedleak.metrics import accuracy
-    from fedleak.models import LeNet
+    from gradleak.metrics import accuracy
+    from gradleak.models import LeNet
 
     model = LeNet(1, 10, 16).train()
     accuracy(model, torch.rand(4, 1, 16, 16), torch.arange(4))

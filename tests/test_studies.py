@@ -10,13 +10,13 @@ import pytest
 import torch
 from conftest import REPO
 
-from fedleak import config
-from fedleak.experiment import configuration, paths, pipeline, plan
-from fedleak.experiment.phases.prepare_data import prepare_data
-from fedleak.experiment.phases.study import run as run_study
-from fedleak.experiment.phases.target import target_files, write_target
-from fedleak.experiment.studies.perturbation import perturbations
-from fedleak.report import load_target
+from gradleak import config
+from gradleak.experiment import configuration, paths, pipeline, plan
+from gradleak.experiment.phases.prepare_data import prepare_data
+from gradleak.experiment.phases.study import run as run_study
+from gradleak.experiment.phases.target import target_files, write_target
+from gradleak.experiment.studies.perturbation import perturbations
+from gradleak.report import load_target
 
 REFINER = config.read(REPO / "config" / "paper" / "refiner.yaml")
 

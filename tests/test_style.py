@@ -6,8 +6,8 @@ import importlib
 
 import pytest
 
-from fedleak import config as cfg
-from fedleak.report import style
+from gradleak import config as cfg
+from gradleak.report import style
 
 DEFINITIONS = cfg.schema()["definitions"]
 REGISTERED = sorted(n for n in [*DEFINITIONS["defenses"], *DEFINITIONS["attacks"]] if n != "none")
@@ -23,7 +23,7 @@ def test_every_registered_defense_and_attack_has_a_fixed_style():
     free = max(style.FIXED.values()) + 1
     assert not missing, (
         f"{missing} registered without a figure style: add each to FIXED in "
-        f"src/fedleak/report/style.py with the next free index ({free}, then {free + 1}, ...)")
+        f"src/gradleak/report/style.py with the next free index ({free}, then {free + 1}, ...)")
     assert "none" not in style.FIXED
 
 

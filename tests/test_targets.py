@@ -10,12 +10,12 @@ import torch
 from conftest import REPO
 from conftest import lenet_victims as victims
 
-from fedleak import attacks, config, defenses
-from fedleak.experiment import configuration, plan
-from fedleak.report.markdown import beside
-from fedleak.report.reference import compare
-from fedleak.report.targets import TargetInputs, build_table
-from fedleak.types import Setting
+from gradleak import attacks, config, defenses
+from gradleak.experiment import configuration, plan
+from gradleak.report.markdown import beside
+from gradleak.report.reference import compare
+from gradleak.report.targets import TargetInputs, build_table
+from gradleak.types import Setting
 
 EPAFL = configuration.load(REPO / "config" / "paper" / "epafl.yaml")
 
@@ -238,7 +238,7 @@ def test_snapshots_record_the_reconstruction_at_chosen_iterations(digits):
 
 
 def test_stand_in_data_has_the_paper_dataset_shape_and_classes():
-    from fedleak.data import datasets
+    from gradleak.data import datasets
 
     mnist = datasets.load("mnist", root="nowhere", split="test", download=False,
                           stand_in="digits")
@@ -263,7 +263,7 @@ def test_a_torchvision_dataset_keeps_its_first_max_images(tmp_path, monkeypatch)
 
     import torchvision.datasets.cifar
 
-    from fedleak.data import datasets
+    from gradleak.data import datasets
 
     folder = tmp_path / "cifar-10-batches-py"
     folder.mkdir()
@@ -284,8 +284,8 @@ def test_a_torchvision_dataset_keeps_its_first_max_images(tmp_path, monkeypatch)
 
 
 def test_fl_history_records_the_test_loss(digits):
-    from fedleak.fl import FLSettings, run_federated
-    from fedleak.models import LeNet
+    from gradleak.fl import FLSettings, run_federated
+    from gradleak.models import LeNet
 
     train = type(digits)(digits.x[:200], digits.y[:200], 10)
     settings = FLSettings.from_config(
@@ -298,7 +298,7 @@ def test_fl_history_records_the_test_loss(digits):
 
 
 def test_a_line_figure_gives_each_hue_one_colour_in_every_panel():
-    from fedleak.report.targets import line_figure
+    from gradleak.report.targets import line_figure
 
     frame = pd.DataFrame({"dataset": ["a", "a", "b", "b", "b", "b"],
                           "series": ["Q", "R", "P", "Q", "P", "Q"],
@@ -315,9 +315,9 @@ def test_a_line_figure_gives_each_hue_one_colour_in_every_panel():
 def test_victims_with_distinct_labels_and_the_best_image_of_each_batch(tmp_path):
     """GIAS Fig. 4 / Fig. 5 protocol: B images of B different labels per victim, and each
     image metric's best image in the batch beside the batch mean."""
-    from fedleak.experiment.victims import victim_batches as _victim_batches
-    from fedleak.report.tables import victim_rows
-    from fedleak.utils.io import write_json
+    from gradleak.experiment.victims import victim_batches as _victim_batches
+    from gradleak.report.tables import victim_rows
+    from gradleak.utils.io import write_json
 
     labels = np.repeat(np.arange(10), 30)
     spec = {"victims": {"count": 12, "distinct_labels": True, "stride": 0, "class": None},
@@ -359,8 +359,8 @@ def test_a_target_may_draw_the_papers_panels_as_several_figures():
 
 
 def test_the_report_says_what_stands_in_for_the_papers_data_and_priors(tmp_path):
-    from fedleak.experiment.phases.aggregate import substitutions
-    from fedleak.report.markdown import write_report
+    from gradleak.experiment.phases.aggregate import substitutions
+    from gradleak.report.markdown import write_report
 
     path = REPO / "config" / "paper" / "gias.yaml"
     smoke = substitutions(configuration.validate({**config.read(path), "scale": "smoke"}))
@@ -370,7 +370,7 @@ def test_the_report_says_what_stands_in_for_the_papers_data_and_priors(tmp_path)
     assert "on the public split of cifar10, ffhq, imagenet" in smoke[-1]
     full = substitutions(configuration.load(path))
     assert len(full) == 1 and "DCGANs" in full[0]  # the real data; the priors still stand in
-    from fedleak.report.targets import TargetResult
+    from gradleak.report.targets import TargetResult
 
     target = TargetResult("fig1", "Fig. 1", None, None, {}, [])
     report = write_report({}, [], [target], tmp_path / "report.md",

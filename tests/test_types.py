@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from fedleak.models import LeNet
-from fedleak.types import Observation, Setting, Update
+from gradleak.models import LeNet
+from gradleak.types import Observation, Setting, Update
 
 
 @pytest.mark.parametrize("setting, text", [

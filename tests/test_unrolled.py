@@ -11,14 +11,14 @@ import torch
 import torch.nn.functional as F
 from conftest import assert_like_the_loop, lenet_victims, stacked_and_looped
 
-from fedleak import attacks, metrics, models
-from fedleak.attacks import Observation
-from fedleak.attacks.unrolled import unrolled_update
-from fedleak.data import ImageData
-from fedleak.experiment.victims import local_protocol
-from fedleak.fl.client import local_update
-from fedleak.report.intervals import interval
-from fedleak.types import Update
+from gradleak import attacks, metrics, models
+from gradleak.attacks import Observation
+from gradleak.attacks.unrolled import unrolled_update
+from gradleak.data import ImageData
+from gradleak.experiment.victims import local_protocol
+from gradleak.fl.client import local_update
+from gradleak.report.intervals import interval
+from gradleak.types import Update
 
 # FedAvg's K local steps at a learning rate below the schema's fl.local_lr 0.1, where one
 # step already fits a single digit on this LeNet and the 5-step upload is one gradient

@@ -11,20 +11,20 @@ import pytest
 import torch
 from conftest import assert_like_the_loop, stacked_and_looped
 
-from fedleak import attacks, defenses
-from fedleak.attacks import stacked_gradients
-from fedleak.attacks.bn_statistics import batch_statistics, batchnorm_layers
-from fedleak.attacks.engine import Stage, Victims
-from fedleak.attacks.lockstep import in_lockstep
-from fedleak.attacks.objectives import (
+from gradleak import attacks, defenses
+from gradleak.attacks import stacked_gradients
+from gradleak.attacks.bn_statistics import batch_statistics, batchnorm_layers
+from gradleak.attacks.engine import Stage, Victims
+from gradleak.attacks.lockstep import in_lockstep
+from gradleak.attacks.objectives import (
     DISTANCES,
     RESIDUAL_DISTANCES,
     GradientProducts,
 )
-from fedleak.attacks.optimization import optimize
-from fedleak.attacks.stacked_gradients import StackedModel, unsupported
-from fedleak.models import LeNet, ResNet
-from fedleak.types import Update
+from gradleak.attacks.optimization import optimize
+from gradleak.attacks.stacked_gradients import StackedModel, unsupported
+from gradleak.models import LeNet, ResNet
+from gradleak.types import Update
 
 SEED = 11
 
@@ -449,9 +449,9 @@ def test_every_registered_attack_runs_stacked_as_one_problem_at_a_time(name, dev
     through StackedModel, and one problem at a time through autograd on the model, give the
     same images, restarts, iterations, stop reasons and loss traces (float64; on CUDA too
     where there is one)."""
-    from fedleak import config
-    from fedleak.attacks.lti import Inverter
-    from fedleak.models.dcgan import Generator
+    from gradleak import config
+    from gradleak.attacks.lti import Inverter
+    from gradleak.models.dcgan import Generator
 
     assert name in SMALL, f"give {name} an entry in SMALL"
     model = lenet().double().to(device)

@@ -4,11 +4,11 @@
 #   tests/cluster/slurm-local.sh start     # write slurm.conf, start munged, slurmctld, slurmd
 #   tests/cluster/slurm-local.sh stop
 # One node with the machine's CPUs and memory, partitions `cpu` (default) and `gpu` on the
-# same node, no GRES (GPU rules run with FEDLEAK_SLURM_GPUS=0), no accounting database:
+# same node, no GRES (GPU rules run with GRADLEAK_SLURM_GPUS=0), no accounting database:
 # `sacct` answers from slurmctld, which keeps finished jobs for MinJobAge = 1 hour.
 set -euo pipefail
 conf=/etc/slurm/slurm.conf
-state=/var/lib/fedleak-slurm
+state=/var/lib/gradleak-slurm
 
 install() {
     [ "$(id -u)" = 0 ] || { echo "slurm-local: installing needs root" >&2; exit 1; }
@@ -28,7 +28,7 @@ start() {
     node=$(hostname -s)
     mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024 ))
     cat > "$conf" <<CONF
-ClusterName=fedleak
+ClusterName=gradleak
 SlurmctldHost=$node(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from snakemake.utils import update_config
 
-from fedleak.utils.runlock import RunInProgress, release_stale_lock
+from gradleak.utils.runlock import RunInProgress, release_stale_lock
 
 DRY_RUN = bool(workflow.output_settings and workflow.output_settings.dryrun)
 # A killed run leaves Snakemake's lock behind: remove it when its owner is gone, so that the
@@ -23,13 +23,13 @@ except RunInProgress as error:
 if STALE_LOCK:
     print(STALE_LOCK, file=sys.stderr)
 
-from fedleak import config as fedleak_config
-from fedleak.experiment import claims, cluster, code, configuration, paths, phases, pipeline
-from fedleak.experiment import priors
-from fedleak.experiment.phase import WILDCARDS
-from fedleak.experiment.phase import typed as job_identity
-from fedleak.experiment.phases.prepare_data import missing, victim_problems
-from fedleak.utils.io import write_json
+from gradleak import config as gradleak_config
+from gradleak.experiment import claims, cluster, code, configuration, paths, phases, pipeline
+from gradleak.experiment import priors
+from gradleak.experiment.phase import WILDCARDS
+from gradleak.experiment.phase import typed as job_identity
+from gradleak.experiment.phases.prepare_data import missing, victim_problems
+from gradleak.utils.io import write_json
 
 DEFAULT_CONFIG = "config/config.yaml"
 RESULTS = Path("results")
@@ -53,18 +53,18 @@ def load_config():
     given = {}
     try:
         for path in workflow.overwrite_configfiles or [DEFAULT_CONFIG]:
-            update_config(given, fedleak_config.read(path))
+            update_config(given, gradleak_config.read(path))
         update_config(given, yaml_values(dict(workflow.config_settings.config)))
         return configuration.validate(given)
-    except (fedleak_config.ConfigError, OSError) as error:
-        sys.exit(f"fedleak: {error}")
+    except (gradleak_config.ConfigError, OSError) as error:
+        sys.exit(f"gradleak: {error}")
 
 
 # The digests read this checkout's files; a package imported from another tree, with other
 # files, is what the jobs would run: say so.
 FOREIGN_PACKAGE = code.foreign(workflow.basedir) if workflow.is_main_process else None
 if FOREIGN_PACKAGE:
-    print(f"fedleak: warning: {FOREIGN_PACKAGE}", file=sys.stderr)
+    print(f"gradleak: warning: {FOREIGN_PACKAGE}", file=sys.stderr)
 VALIDATED = load_config()
 config.clear()
 config.update(VALIDATED)
@@ -72,11 +72,11 @@ config.update(VALIDATED)
 # its architecture refuses), stop here.
 PRIOR_PROBLEM = priors.problem(config)
 if PRIOR_PROBLEM:
-    sys.exit(f"fedleak: {PRIOR_PROBLEM}")
+    sys.exit(f"gradleak: {PRIOR_PROBLEM}")
 RESULTS_PROBLEM = paths.results_problem(RESULTS)  # a file where the folder belongs...
 if RESULTS_PROBLEM:
-    sys.exit(f"fedleak: {RESULTS_PROBLEM}")
-# Every `fedleak` command reads the same validated configuration.
+    sys.exit(f"gradleak: {RESULTS_PROBLEM}")
+# Every `gradleak` command reads the same validated configuration.
 CONFIG_JSON = RESULTS / paths.RESOLVED_CONFIG
 try:
     CONFIG_CURRENT = json.loads(CONFIG_JSON.read_text()) == config
@@ -88,17 +88,17 @@ JOBS = pipeline.walk(config, RESULTS)
 WILDCARD_CONSTRAINTS = {name: constraint for name, (constraint, _) in WILDCARDS.items()}
 MISSING = missing(config, RESULTS, [job["dataset"] for job in JOBS["prepare_data"]])
 if MISSING and not DRY_RUN:
-    sys.exit(f"fedleak: {MISSING[0]}")
+    sys.exit(f"gradleak: {MISSING[0]}")
 for reason in MISSING if DRY_RUN else []:
-    print(f"fedleak: warning: {reason}", file=sys.stderr)
+    print(f"gradleak: warning: {reason}", file=sys.stderr)
 # What this scale cannot decide, by construction (experiment.claims), before any job.
 for line in claims.untestable_lines(config) if DRY_RUN else []:
-    print(f"fedleak: {line}", file=sys.stderr)
+    print(f"gradleak: {line}", file=sys.stderr)
 # The attack jobs' victims against the prepared splits (CENSOR's stride, a victim class);
 # data not prepared yet are checked when `prepare_data` has made them, before any FL run.
 VICTIM_PROBLEMS = victim_problems(config, RESULTS)
 if VICTIM_PROBLEMS:
-    sys.exit(f"fedleak: {VICTIM_PROBLEMS[0]}")
+    sys.exit(f"gradleak: {VICTIM_PROBLEMS[0]}")
 
 
 # -- a phase's rule, from its declaration (workflow/rules/phases.smk) -----------------------
@@ -154,16 +154,16 @@ def rule_path(phase, where):
 
 
 def rule_arguments(phase):
-    """The job's identity as ``fedleak <command>``'s arguments (a rule defined in a loop
+    """The job's identity as ``gradleak <command>``'s arguments (a rule defined in a loop
     reads the names in its shell command when the job runs: they come through ``params``)."""
     return lambda wildcards: " ".join(f"--{w} {shlex.quote(str(getattr(wildcards, w)))}"
                                       for w in phase.wildcards)
 
 
 def cluster_resources(phase):
-    """SLURM resources from the environment (fedleak.experiment.cluster), checked here,
+    """SLURM resources from the environment (gradleak.experiment.cluster), checked here,
     before any job."""
     try:
         return cluster.resources(phase, config, RESULTS)
     except cluster.ClusterError as error:
-        sys.exit(f"fedleak: {error}")
+        sys.exit(f"gradleak: {error}")

@@ -1,5 +1,5 @@
 # One rule per pipeline phase, each made from the phase's declaration
-# (src/fedleak/experiment/phases/<phase>.py): its outputs, the files its jobs read, the
+# (src/gradleak/experiment/phases/<phase>.py): its outputs, the files its jobs read, the
 # configuration values and a digest of the code they read, its log, priority and cluster
 # resources; and all_<phase>, every job of the phase that the configuration plans (DVC's
 # stages run them).
@@ -26,9 +26,9 @@ for phase in phases.every():
         resources:
             **cluster_resources(phase),
         conda:
-            "../envs/fedleak.yaml"
+            "../envs/gradleak.yaml"
         shell:
-            "fedleak {params.command} --config {params.config} {params.identity} 2>&1"
+            "gradleak {params.command} --config {params.config} {params.identity} 2>&1"
             " | tee {log}"
 
     rule:

@@ -1,0 +1,65 @@
+"""The rows a configuration's claims read (decision 0105): at ``scale: reduced`` the plan is
+these rows only, not every target's grid.
+
+A claim reads the rows of its target that ``of`` names and, with ``to``, those of ``of``
+with ``to``'s keys changed; a regime entry (``regime.reconstructs``, ``regime.learns``) the
+undefended rows it names. A claim that ``left_out`` names reads nothing. A point of a
+target is kept when its keys match some read row on every key the row names (a null key:
+any value; a key the point does not carry, such as a seed, matches), and it keeps the
+attack labels those rows name (every one, where none names ``attack``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from gradleak.utils.keys import same
+
+
+def entries(config: Mapping) -> list[Mapping]:
+    """The regime's entries, reconstructs then learns."""
+    regime = config.get("regime", {})
+    return [*regime.get("reconstructs", []), *regime.get("learns", [])]
+
+
+def read_rows(config: Mapping) -> dict[str, list[dict]]:
+    """Target -> the rows (key values; null: any) its claims and regime entries read."""
+    rows: dict[str, list[dict]] = {}
+    for claim in config["claims"]:
+        if claim["id"] in config.get("left_out", {}):
+            continue
+        sides = [claim["of"]] + ([{**claim["of"], **claim["to"]}] if "to" in claim else [])
+        rows.setdefault(claim["target"], []).extend(dict(side) for side in sides)
+    for entry in entries(config):
+        rows.setdefault(entry["target"], []).append(dict(entry["of"]))
+    return rows
+
+
+def by_claims(config: Mapping) -> bool:
+    """Whether the plan is the claims' rows: at the reduced scale, with claims."""
+    return config.get("scale") == "reduced" and bool(config["claims"])
+
+
+def _matches(keys: Mapping[str, Any], row: Mapping) -> bool:
+    return all(value is None or key not in keys or same(keys[key], value)
+               for key, value in row.items() if key != "attack")
+
+
+def kept(config: Mapping, points: Iterable, keys: Callable[[Any], Mapping],
+         rows: Mapping[str, list[dict]] | None = None) -> list:
+    """The ``points`` (``plan.Point``) that the claims' rows (or ``rows``: target -> rows)
+    read, each with the attack labels they name; ``keys(point)``: a point's table keys."""
+    rows = read_rows(config) if rows is None else rows
+    out = []
+    for point in points:
+        matched = [row for row in rows.get(point.target, []) if _matches(keys(point), row)]
+        if not matched:
+            continue
+        named = {row["attack"] for row in matched if row.get("attack") is not None}
+        every = any(row.get("attack") is None for row in matched)
+        attacks = point.attacks if every else tuple(a for a in point.attacks if a in named)
+        if attacks or not point.attacks:
+            out.append(replace(point, attacks=attacks))
+    return out

@@ -1,0 +1,397 @@
+"""`gradleak estimate`: the cost of each target before it runs (decision 0069).
+
+The model is work x rate. The **work** of a job is its phase's ``work`` (units counted
+from the configuration's budgets, ``experiment.cost`` lists them) and its start-up; the
+jobs are the configuration's whole pipeline (``pipeline.walk``), each identified by its
+first output, as Snakemake identifies it.
+
+The **rates** are measured on the machine at hand by a short calibration that
+``estimate`` runs itself (``calibrate``: each unit timed a few times after a warm-up, the
+median, with ``threads`` torch threads as the jobs run), cached as JSON under
+``$GRADLEAK_CACHE`` (default ``$XDG_CACHE_HOME/gradleak`` or ``~/.cache/gradleak``), one file
+``estimate-<hostname>-torch<version>-<device>.json`` per machine, torch version and device;
+a unit already in the cache is not measured again. On the CPU a unit's seconds are CPU
+seconds (``time.process_time``; the start-up's child process by ``getrusage``): CPU-hours,
+which a dedicated core spends as wall time, and far less sensitive than wall time to other
+processes sharing the machine (``benchmarks/estimate_check.py`` compares them with a run's
+``results/benchmarks/``; docs/measurements.md has the numbers). On CUDA they are wall
+seconds, the device synchronised. CPU hours use the CPU calibration; GPU hours the same
+model calibrated on CUDA, only where CUDA is present (elsewhere they are left empty: no
+factor turns a CPU's rates into a GPU's honestly; run ``gradleak estimate`` on the GPU
+machine). An ``lbfgs`` unit is timed as the engine runs it, an iDLG attack of
+``LBFGS_ITERATIONS`` iterations on one random victim from a random start, per iteration;
+a ``defend`` unit as a client's upload through the setting's defense on at most
+``DEFEND_BATCH`` random images, scaled to its batch.
+
+A job that several targets need is counted in each of their rows and once in ``total``.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from gradleak import attacks, defenses, models
+from gradleak import config as cfg
+from gradleak.adversaries.neural import make_net
+from gradleak.attacks.lti import Inverter
+from gradleak.experiment import cost, phases, pipeline, plan
+from gradleak.experiment.phases.train_zoo import ZOO_WIDTH
+from gradleak.experiment.studies.defense_cost import untrained_evalnet
+from gradleak.types import Observation, Update
+from gradleak.utils.device import to_device
+from gradleak.utils.io import write_json
+from gradleak.utils.timing import timed
+
+REPEATS = 3  # timed runs per unit after one warm-up; the median is kept
+LBFGS_ITERATIONS = 100  # an ``lbfgs`` unit's timed attack (its early steps search longest)
+# a ``defend`` unit is timed on at most this many images and scaled to its batch: the
+# defenses' work is per sample (Soteria's Jacobian, Refiner's and CENSOR's batch passes), and
+# Soteria's whole-batch Jacobian on a ResNet at batch 64 would need tens of GiB
+DEFEND_BATCH = 8
+RESULTS = Path("results")
+COLUMNS = ("target", "jobs", "cpu_hours", "gpu_hours")
+# what a start-up of each kind runs after `import gradleak.cli`
+STARTUP = {"startup": "",
+           "startup:gradients": "import torch; from torch.func import grad, vmap; "
+                                "vmap(grad(lambda x: (x * x).sum()))(torch.ones(2, 3))",
+           "startup:figures": "import matplotlib.pyplot, seaborn"}
+
+
+@dataclass
+class Job:
+    """One Snakemake job: its rule and the units of work it runs."""
+
+    rule: str
+    work: Counter = field(default_factory=Counter)
+
+
+# -- jobs ---------------------------------------------------------------------------------
+
+def jobs(config: dict, results: Path = RESULTS) -> dict[tuple[str, str], Job]:
+    """Every job the configuration runs, by (rule, its first output), with its work."""
+    found: dict[tuple[str, str], Job] = {}
+    walked = pipeline.walk(config, results)
+    for phase in phases.every():
+        for identity in walked[phase.name]:
+            first = pipeline.job_outputs(phase, config, results, identity, walked)[0]
+            work = Counter({phase.startup: 1})
+            work.update(phase.work(config, results, identity))
+            found[(phase.name, str(first))] = Job(phase.name, work)
+    return found
+
+
+def _only(config: dict, names: list[str]) -> dict:
+    """``config`` with ``names`` its only targets."""
+    narrowed = copy.copy(config)
+    narrowed["targets"] = {name: config["targets"][name] for name in names}
+    return narrowed
+
+
+def _check_targets(config: dict, names: list[str]) -> None:
+    known = plan.targets(config)
+    for name in names:
+        if name not in known:
+            raise cfg.ConfigError(f"unknown target {name!r}; expected one of {known}"
+                                  if known else f"unknown target {name!r}: this "
+                                  f"configuration has no targets (its one row is 'all')")
+
+
+def plan_jobs(config: dict, targets: list[str] | None = None, results: Path = RESULTS
+              ) -> dict[str, dict[tuple[str, str], Job]]:
+    """Target -> the jobs Snakemake would run for it alone (``all`` for a configuration
+    without targets), then ``total``: the jobs of all of them together, each once (an attack
+    job that two targets share runs the union of their attacks). Every named target must be
+    one of the configuration's (ConfigError listing them)."""
+    _check_targets(config, targets or [])
+    names = targets or plan.targets(config)
+    if not names:
+        found = jobs(config, results)
+        return {"all": found, "total": found}
+    rows = {name: jobs(_only(config, [name]), results) for name in names}
+    rows["total"] = jobs(_only(config, names), results)
+    return rows
+
+
+# -- rates -------------------------------------------------------------------------------
+
+def cache_file(device: str) -> Path:
+    """Where the calibration of this machine, torch version and device is kept."""
+    root = os.environ.get("GRADLEAK_CACHE") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gradleak"
+    return Path(root) / f"estimate-{platform.node()}-torch{torch.__version__}-{device}.json"
+
+
+def _startup(kind: str) -> Callable[[], object]:
+    command = [sys.executable, "-c", f"import gradleak.cli; {STARTUP[kind]}"]
+    return lambda: subprocess.run(command, check=True, capture_output=True)
+
+
+def _figure() -> Callable[[], object]:
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    import seaborn as sns
+
+    frame = pd.DataFrame({"x": [x for x in range(8) for _ in range(3)],
+                          "y": [(x * 7 + h) % 5 for x in range(8) for h in range(3)],
+                          "series": [f"s{h}" for _ in range(8) for h in range(3)]})
+
+    def draw() -> None:
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        sns.lineplot(frame, x="x", y="y", hue="series", style="series", markers=True, ax=ax)
+        fig.savefig(io.BytesIO(), format="png", dpi=150, bbox_inches="tight")
+        plt.close(fig)
+    return draw
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it has waited for."""
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                         resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _seconds(call: Callable[[], object], device: str) -> float:
+    """One timed run of ``call``: CPU seconds on the CPU, wall seconds on CUDA."""
+    if device != "cpu":
+        return timed(call, device)[0]
+    before = _cpu_seconds()
+    call()
+    return _cpu_seconds() - before
+
+
+def _model(parts: list[str], device: torch.device) -> tuple[torch.nn.Module, tuple, int]:
+    name, shape, classes, option = parts
+    c, h, w = (int(v) for v in shape.split("x"))
+    options = {}
+    if name == "lenet" and option:
+        options["uniform_init"] = option == "True"
+    if name == "attribute_cnn" and option:
+        options["layout"] = option
+    model = models.build(name, c, int(classes), h, input_shape=(c, h, w), **options)
+    return model.to(device), (c, h, w), int(classes)
+
+
+def _unit_call(unit: str, device: torch.device) -> Callable[[], object]:
+    """One unit of work, ready to time (its inputs built once, on ``device``)."""
+    kind, *parts = unit.split(":")
+    if kind == "startup":
+        return _startup(unit)
+    if kind == "figure":
+        return _figure()
+    batch = int(parts[-1].removeprefix("b"))
+    gen = torch.Generator().manual_seed(0)
+    if kind == "lbfgs":
+        return _lbfgs_attack(parts[:-1], batch, device, gen)
+    if kind == "defend":
+        return _defended_upload(parts[:-1], batch, device, gen)
+    if kind in ("fl_step", "match"):
+        model, shape, classes = _model(parts[:-1], device)
+        x = torch.rand((batch, *shape), generator=gen).to(device)
+        y = torch.randint(classes, (batch,), generator=gen).to(device)
+        loss = torch.nn.functional.cross_entropy
+        params = [p for p in model.parameters() if p.requires_grad]
+        if kind == "fl_step":
+            opt = torch.optim.SGD(params, lr=0.0)
+
+            def step() -> None:
+                opt.zero_grad()
+                loss(model(x), y).backward()
+                opt.step()
+            return step
+        target = [g.detach() for g in torch.autograd.grad(loss(model(x), y), params)]
+        dummy = torch.rand((batch, *shape), generator=gen).to(device).requires_grad_()
+
+        def match() -> None:
+            grads = torch.autograd.grad(loss(model(dummy), y), params, create_graph=True)
+            distance = sum(((g - t) ** 2).sum() for g, t in zip(grads, target))
+            distance.backward()
+        return match
+    if kind == "inverter_step":  # hidden, features (0: all), then the case's model
+        model, shape, _ = _model(parts[2:-1], device)
+        inputs = int(parts[1]) or sum(p.numel() for p in model.parameters())
+        net = Inverter(inputs, int(parts[0]), shape).to(device)
+        x = torch.rand((batch, inputs), generator=gen).to(device)
+        y = torch.rand((batch, *shape), generator=gen).to(device)
+        opt = torch.optim.Adam(net.parameters(), lr=0.0)
+
+        def inverter_step() -> None:
+            opt.zero_grad()
+            ((net(x) - y) ** 2).mean().backward()
+            opt.step()
+        return inverter_step
+    if kind == "mlp_step":
+        net = make_net(int(parts[0]), [ZOO_WIDTH] * 3, 2, 0).to(device)
+        x = torch.rand((batch, int(parts[0])), generator=gen).to(device)
+        y = torch.randint(2, (batch,), generator=gen).to(device)
+        opt = torch.optim.SGD(net.parameters(), lr=0.0, momentum=0.9)
+
+        def mlp_step() -> None:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+        return mlp_step
+    if kind == "gan_step":
+        channels, latent, width = (int(v) for v in parts[:3])
+        size = int(parts[3].removeprefix("r")) if len(parts) == 5 else 32
+        images = torch.rand((batch, channels, size, size), generator=gen).to(device)
+        return lambda: models.dcgan.train_dcgan(images, epochs=1, batch_size=batch, lr=2e-4,
+                                                latent_dim=latent, width=width, seed=0,
+                                                progress=False)
+    if kind == "evalnet_step":
+        c, h, w = (int(v) for v in parts[0].split("x"))
+        widths = tuple(int(v) for v in parts[1].strip("[]").split(","))
+        images = torch.rand((batch, c, h, w), generator=gen).to(device)
+        return lambda: models.evalnet.train_evaluation_network(
+            images, epochs=1, batch_size=batch, lr=1e-4, seed=0, widths=widths, progress=False)
+    raise ValueError(f"unknown unit of work {unit!r}")
+
+
+def _lbfgs_attack(parts: list[str], batch: int, device: torch.device,
+                  gen: torch.Generator) -> Callable[[], object]:
+    """iDLG on one victim of random images, ``LBFGS_ITERATIONS`` iterations (DLG, labels
+    optimised too, for a batch of several: iDLG reads one label)."""
+    model, shape, classes = _model(parts, device)
+    x = torch.rand((batch, *shape), generator=gen).to(device)
+    y = torch.randint(classes, (batch,), generator=gen).to(device)
+    context = defenses.DefenseContext(model=model, x=x, y=y, generator=gen)
+    observed = Observation(model=model, gradient=defenses.build_at("none", 0.0)(context),
+                           batch_size=batch)
+    attack = attacks.build("idlg" if batch == 1 else "dlg", iterations=LBFGS_ITERATIONS)
+    return lambda: attack(observed)
+
+
+def _defended_upload(parts: list[str], batch: int, device: torch.device,
+                     gen: torch.Generator) -> Callable[[], object]:
+    """One upload of random images (at most ``DEFEND_BATCH``) through the unit's defense,
+    given the batch's gradient (the ``fl_step`` unit's work), its artifacts stood in for
+    (``experiment.cost``: their weights do not change the cost)."""
+    spec = cost.defense_spec(parts[0])
+    model, shape, classes = _model(parts[1:], device)
+    batch = min(batch, DEFEND_BATCH)
+    x = torch.rand((batch, *shape), generator=gen).to(device)
+    y = torch.randint(classes, (batch,), generator=gen).to(device)
+    stand_ins = {"evalnet": lambda: untrained_evalnet(shape, spec["evalnet_widths"],
+                                                     spec["defense"]),
+                 "public_data": lambda: _public_images(shape, classes, 4 * batch,
+                                                       spec["params"].get("public_class"), gen)}
+    loaded = {arg: stand_ins[kind]() for arg, kind in spec["needs"].items()}
+    defense = defenses.build(spec["defense"], **spec["params"], **to_device(loaded, device))
+    # the client's gradient is the fl_step unit's work: the defense gets it computed
+    gradient = Update.of(model, x, y).detached()
+    return lambda: defense(defenses.DefenseContext(model, x, y, torch.Generator().manual_seed(0),
+                                                   gradient=gradient))
+
+
+def _public_images(shape: tuple, classes: int, count: int, only: int | None,
+                   gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random labelled public images for CENSOR's proposals (all of class ``only`` when its
+    ``public_class`` keeps one)."""
+    labels = (torch.full((count,), only) if only is not None
+              else torch.randint(classes, (count,), generator=gen))
+    return torch.rand((count, *shape), generator=gen), labels
+
+
+def _timed_share(unit: str) -> float:
+    """How many units one timed call runs: an ``lbfgs`` unit's iterations, a ``defend``
+    unit's share of its batch."""
+    if unit.startswith("lbfgs:"):
+        return LBFGS_ITERATIONS
+    if unit.startswith("defend:"):
+        batch = int(unit.rsplit(":b", 1)[1])
+        return min(batch, DEFEND_BATCH) / batch
+    return 1
+
+
+def calibrate(units: Iterable[str], device: str = "cpu", threads: int | None = None,
+              refresh: bool = False) -> dict[str, float]:
+    """Seconds per unit on ``device``, from the cache where it has them; the others are
+    measured (a warm-up, then the median of ``REPEATS`` runs) and added to the cache."""
+    path = cache_file(device)
+    cached: dict[str, float] = {}
+    if path.is_file() and not refresh:
+        cached = json.loads(path.read_text())
+    missing = sorted(set(units) - set(cached))
+    if missing:
+        before = torch.get_num_threads()
+        if threads:
+            torch.set_num_threads(threads)
+        try:
+            for unit in tqdm(missing, desc=f"calibrating on {device}", unit="unit",
+                             file=sys.stderr):
+                call = _unit_call(unit, torch.device(device))
+                call()  # warm-up: lazy initialisation, allocator growth
+                cached[unit] = statistics.median(_seconds(call, device)
+                                                 for _ in range(REPEATS)) / _timed_share(unit)
+        finally:
+            torch.set_num_threads(before)
+        write_json(path, dict(sorted(cached.items())))
+    return cached
+
+
+# -- the estimate ------------------------------------------------------------------------
+
+def job_hours(work: Counter, rates: dict[str, float] | None) -> float | None:
+    """Hours of ``work`` at ``rates`` (seconds per unit); None without rates."""
+    if rates is None:
+        return None
+    return sum(count * rates[unit] for unit, count in work.items()) / 3600
+
+
+def estimate(config: dict, targets: list[str] | None = None, results: Path = RESULTS,
+             devices: tuple[str, ...] | None = None) -> list[dict]:
+    """One row per target and a ``total`` row: jobs, cpu_hours, gpu_hours (None without a
+    CUDA calibration). Jobs shared by targets count once in the total."""
+    rows_jobs = plan_jobs(config, targets, results)
+    units = {unit for found in rows_jobs.values() for job in found.values() for unit in job.work}
+    if devices is None:
+        devices = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+    rates = {d: calibrate(units, d, config["threads"]) for d in devices}
+    rows = []
+    for name, found in rows_jobs.items():
+        work = sum((job.work for job in found.values()), Counter())
+        rows.append({"target": name, "jobs": len(found),
+                     "cpu_hours": job_hours(work, rates.get("cpu")),
+                     "gpu_hours": job_hours(work, rates.get("cuda")),
+                     "rules": Counter(job.rule for job in found.values())})
+    return rows
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.4g}"
+
+
+def csv_text(rows: list[dict]) -> str:
+    lines = [",".join(COLUMNS)]
+    lines += [",".join([row["target"], str(row["jobs"]), _number(row["cpu_hours"]),
+                        _number(row["gpu_hours"])]) for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def text(rows: list[dict]) -> str:
+    width = max(len(row["target"]) for row in rows)
+    lines = []
+    for row in rows:
+        rules = ", ".join(f"{count} {rule}" for rule, count in sorted(row["rules"].items()))
+        gpu = "-" if row["gpu_hours"] is None else f"{row['gpu_hours']:.3g}"
+        lines.append(f"{row['target']:<{width}}  {row['jobs']:>5} jobs  "
+                     f"{row['cpu_hours']:>9.3g} CPU-h  {gpu:>9} GPU-h  ({rules})")
+    lines.append("a job that several targets need is in each of their rows and once in "
+                 "'total'")
+    if rows[-1]["gpu_hours"] is None:
+        lines.append("GPU-h: no CUDA device here; run `gradleak estimate` on the GPU machine")
+    return "\n".join(lines) + "\n"
