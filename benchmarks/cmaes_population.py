@@ -6,7 +6,7 @@ candidates: each is rendered by the generator, and its trial gradient (formed, t
 transformed by the adaptive T) is compared with the received one. ``stacked`` runs the
 candidates through ``attacks.stacked_gradients.StackedModel`` in chunks; ``loop`` computes
 each candidate's gradient in turn (``torch.autograd.grad``), as gradleak does for models where
-stacking does not pay (``engine.Victims.scorer``, stacked or not). Both give the same
+stacking does not pay (``victims.Victims.scorer``, stacked or not). Both give the same
 losses up to rounding (tests/test_gga.py). Timed:
 the scoring of one population (the generator's rendering, shared by both, included) on a
 3x32x32 victim, in an order alternated each repeat after one warm-up of each; medians with
@@ -28,7 +28,7 @@ import torch
 from timing import alternating
 
 from gradleak import attacks, defenses, models
-from gradleak.attacks.engine import Victims
+from gradleak.attacks.victims import Victims
 from gradleak.models import ResNet
 from gradleak.models.dcgan import Generator
 

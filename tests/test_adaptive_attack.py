@@ -22,7 +22,8 @@ from gradleak.experiment.phases.attack import attack_work, run_attacks
 from gradleak.experiment.phases.fl_run import run_fl
 from gradleak.experiment.phases.prepare_data import prepare_data
 from gradleak.report.tables import privacy_table, tradeoff_table, utility_table
-from gradleak.types import DefenseContext, Setting, Update
+from gradleak.settings import Setting
+from gradleak.types import DefenseContext, Update
 
 CASE = "digits-lenet-iid-k4"
 

@@ -27,7 +27,7 @@ from gradleak.report.attribute import (
     write_attribute_tables,
 )
 from gradleak.report.figures import save_figure
-from gradleak.types import Setting
+from gradleak.settings import Setting
 from gradleak.utils.io import read_json
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from gradleak import config as cfg
 from gradleak.experiment import configuration, plan
 from gradleak.report.attribute import attribute_gap, attribute_table, attribute_tradeoff
 from gradleak.report.figures import save_figure
-from gradleak.types import Setting
+from gradleak.settings import Setting
 
 CURVES = {  # defense -> [(strength, learning loss, ASR)]
     "none": [(0, 1.0, 0.70)],

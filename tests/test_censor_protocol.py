@@ -23,7 +23,8 @@ from gradleak.experiment.phases.prepare_data import prepare_data, victim_problem
 from gradleak.experiment.records import add_likeness
 from gradleak.experiment.victims import observations, victim_batches
 from gradleak.fl.mixed import two_client_rounds, weighted_mean
-from gradleak.types import Setting, Update
+from gradleak.settings import Setting
+from gradleak.types import Update
 from gradleak.utils.seeding import child_seeds
 
 CASE = "digits-lenet-iid-k4"

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from gradleak.report.claims import measure
-from gradleak.report.targets import TargetInputs, build_table, source_of
+from gradleak.report.target_data import TargetInputs, build_table, source_of
 from gradleak.report.verdicts import (
     CLAIM_COLUMNS,
     claims_table,

@@ -5,7 +5,7 @@ from conftest import REPO
 
 from gradleak import config as cfg
 from gradleak.experiment import configuration, plan
-from gradleak.types import Setting
+from gradleak.settings import Setting
 
 
 def test_defaults_fill_an_empty_config():

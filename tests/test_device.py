@@ -30,7 +30,7 @@ from gradleak.experiment.phases.train_evalnet import train_evalnet
 from gradleak.experiment.phases.train_gan import train_gan
 from gradleak.experiment.phases.train_giml import train_giml
 from gradleak.experiment.phases.train_zoo import train_zoo
-from gradleak.types import Setting
+from gradleak.settings import Setting
 from gradleak.utils.device import resolve, select, to_device
 from gradleak.utils.io import load_torch
 

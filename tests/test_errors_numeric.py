@@ -22,7 +22,7 @@ from gradleak.experiment.phases.attack import run_attacks
 from gradleak.experiment.phases.fl_run import run_fl
 from gradleak.experiment.phases.prepare_data import prepare_data
 from gradleak.report.tables import write_tables
-from gradleak.types import Setting
+from gradleak.settings import Setting
 
 CASE = "digits-lenet-iid-k4"
 NONE, DP = Setting.parse("none-0"), Setting.parse("dp_gaussian-0.01")

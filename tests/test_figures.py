@@ -11,13 +11,13 @@ import pytest
 from gradleak.report.attribute import attribute_tradeoff
 from gradleak.report.figures import censor_tradeoff, pmm_vs_psnr, tradeoff_panels
 from gradleak.report.style import series_style, series_styles
-from gradleak.report.targets import (
-    TargetInputs,
+from gradleak.report.target_curves import (
     history_figure,
     layers_figure,
     line_figure,
     tradeoff_figure,
 )
+from gradleak.report.target_data import TargetInputs
 
 DEFENSES = ["none", "censor", "censor_alg1", "censor_official", "clipping", "dp_gaussian",
             "dp_laplace", "pruning", "quantization", "recupfl", "refiner", "soteria"]

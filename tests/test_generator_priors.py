@@ -26,7 +26,7 @@ from gradleak.models.dcgan import Generator, load_generator, train_dcgan
 from gradleak.models.lenet import LeNet
 from gradleak.models.ported import architecture
 from gradleak.models.stylegan2 import StyleGAN2Generator
-from gradleak.types import Setting
+from gradleak.settings import Setting
 from gradleak.utils.io import save_torch
 
 SG = {"latent_dim": 16, "n_mlp": 2, "widths": [8, 8, 4, 4], "space": "w_plus"}
@@ -351,7 +351,7 @@ def test_a_pretrained_kind_plans_no_gan_training_and_waits_for_its_file(weights,
 
 
 def test_biggan_is_conditioned_on_the_inferred_labels_mapped_to_its_classes(weights):
-    from gradleak.attacks.engine import Victims
+    from gradleak.attacks.victims import Victims
 
     obs = _observation()
     gga = attacks.build("gga", generator=_prior("biggan", weights), optimizer="adam",

@@ -144,9 +144,9 @@ def test_cmaes_scores_its_population_stacked_like_one_by_one(digits_splits, digi
     """Each CMA-ES round scores its 50 candidates as one stacked batch: the same losses (in
     float64) as the candidates one at a time, under every adaptive transformation and under
     EOT's defense samples (applied per candidate)."""
-    from gradleak.attacks.engine import Victims
     from gradleak.attacks.eot import DefenseSamples
     from gradleak.attacks.label_inference import infer_labels
+    from gradleak.attacks.victims import Victims
 
     defense, strength = {"pruning": ("pruning", {"ratio": 0.5}),
                          "clipping": ("clipping", {"bound": 0.5}),

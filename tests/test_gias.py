@@ -23,8 +23,8 @@ from torch import nn
 
 from gradleak import attacks, defenses, metrics
 from gradleak.attacks.bn_statistics import batch_statistics
-from gradleak.attacks.engine import Victims
 from gradleak.attacks.prior import to_model_input
+from gradleak.attacks.victims import Victims
 from gradleak.models import LeNet
 
 BATCH = 4

@@ -286,7 +286,8 @@ def test_a_series_its_selection_does_not_sweep_is_a_level_in_the_line_figure():
     drawn as horizontal lines in their own colours."""
     import pandas as pd
 
-    from gradleak.report.targets import TargetInputs, line_figure
+    from gradleak.report.target_curves import line_figure
+    from gradleak.report.target_data import TargetInputs
 
     frame = pd.DataFrame({"attack": ["giml_zw"] * 3 + ["wrong_zw", "untrained_w"],
                           "step": [0, 1, 3, np.nan, np.nan],
@@ -315,7 +316,8 @@ def test_fig_a4_draws_the_attacks_of_one_uploads_in_one_panel_ending_together(tm
     search) where the others' parameter search starts."""
     import pandas as pd
 
-    from gradleak.report.targets import TargetInputs, trace_figure
+    from gradleak.report.target_data import TargetInputs
+    from gradleak.report.target_victims import trace_figure
     from gradleak.utils.io import write_json
 
     runs = [("none~attacks.giml_zw.step=8", "giml_zw", 6), ("none", "wrong_zw", 6),

@@ -27,7 +27,7 @@ from gradleak.experiment.phases.prepare_data import prepare_data
 from gradleak.experiment.phases.target import write_target
 from gradleak.experiment.victims import sequence_observations
 from gradleak.models import LeNet
-from gradleak.types import Setting
+from gradleak.settings import Setting
 from gradleak.utils.seeding import child_seeds
 
 CASE = "digits-lenet-iid-k4"
@@ -255,7 +255,7 @@ def test_the_engine_sums_over_the_uploads_stacked_as_one_at_a_time(float64):
 
 def test_the_sequence_cost_is_the_sum_of_the_uploads_costs(float64):
     """The loss of a sequence victim at x is sum_t of the one-upload loss at x[S_t]."""
-    from gradleak.attacks.engine import Victims
+    from gradleak.attacks.victims import Victims
 
     victim = by_hand(victims=1)[0]
     stage = attacks.build("inverting_gradients", tv=0.01).stage(None)

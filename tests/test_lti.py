@@ -28,7 +28,8 @@ from gradleak.experiment.phases.train_inverter import (
 )
 from gradleak.models import LeNet
 from gradleak.report.intervals import interval
-from gradleak.types import DefenseContext, Observation, Setting
+from gradleak.settings import Setting
+from gradleak.types import DefenseContext, Observation
 from gradleak.utils.io import load_torch
 
 # small enough for a test: the paper's MLP-3000 trained 200 epochs on 50,000 images

@@ -22,7 +22,7 @@ from gradleak.experiment import configuration, plan
 from gradleak.report import write_figures, write_report, write_tables
 from gradleak.report.matched_utility import matched_utility
 from gradleak.report.protocol_ranking import protocol_ranking, ranking_summary
-from gradleak.types import Setting
+from gradleak.settings import Setting
 
 CASE = "digits-lenet-iid-k10"
 FEDAVG = "attack.protocol.batch_size=4~fl.local_steps=5"

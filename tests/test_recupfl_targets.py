@@ -12,14 +12,9 @@ from gradleak import config
 from gradleak.experiment import configuration, gather, paths, plan
 from gradleak.experiment.phases import target
 from gradleak.experiment.phases.train_zoo import zoo_attributes
-from gradleak.report.targets import (
-    FIGURES,
-    TargetInputs,
-    attribute_figure,
-    build_table,
-    select_rows,
-    write_target,
-)
+from gradleak.report.target_curves import attribute_figure
+from gradleak.report.target_data import TargetInputs, build_table, select_rows
+from gradleak.report.targets import FIGURES, write_target
 from gradleak.utils.io import write_json
 
 EMPTY = pd.DataFrame()

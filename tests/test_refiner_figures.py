@@ -13,7 +13,8 @@ from gradleak import config as cfg
 from gradleak import data
 from gradleak.experiment import configuration, plan
 from gradleak.report import privacy_grid
-from gradleak.report.targets import FIGURES, TargetInputs, write_target
+from gradleak.report.target_data import TargetInputs
+from gradleak.report.targets import FIGURES, write_target
 from gradleak.utils.io import save_image_grid
 
 # --------------------------------------------------------------------------------------

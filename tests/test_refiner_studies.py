@@ -23,7 +23,7 @@ from gradleak.experiment.studies.evalnet_blend import blend_predictions
 from gradleak.experiment.studies.registry import load as load_study
 from gradleak.models import LeNet
 from gradleak.report import load_target
-from gradleak.report.targets import compare
+from gradleak.report.reference import compare
 from gradleak.types import Update
 
 REFINER = config.read(REPO / "config" / "paper" / "refiner.yaml")

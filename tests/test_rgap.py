@@ -246,11 +246,11 @@ def test_the_latent_search_is_the_engines_stage(digits, monkeypatch):
     """Eq. 11's search runs through the engine's loop like every attack's stage: one
     ``Victims.solve`` of a Stage whose cost is the system's (no gradient distance), GIAS's
     schedule (App. H), the restarts drawn from the attack's seed."""
-    from gradleak.attacks import engine
+    from gradleak.attacks import victims
     from gradleak.attacks.gias import MILESTONES
 
-    seen, solve = [], engine.Victims.solve
-    monkeypatch.setattr(engine.Victims, "solve", lambda self, stage, starts=None: (
+    seen, solve = [], victims.Victims.solve
+    monkeypatch.setattr(victims.Victims, "solve", lambda self, stage, starts=None: (
         seen.append((stage, self.restarts, self.seed)) or solve(self, stage, starts)))
     x, y = in_range_digit(digits)
     obs = observe(seeded("cnn6", 16), x, y)

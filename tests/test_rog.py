@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from conftest import lenet_victims, observe_defended
 
 from gradleak import attacks, metrics
-from gradleak.attacks.engine import Victims
+from gradleak.attacks.victims import Victims
 from gradleak.report.intervals import interval
 
 BUDGET = 100  # ROG's T_max; Inverting Gradients gets as many iterations

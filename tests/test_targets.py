@@ -14,8 +14,8 @@ from gradleak import attacks, config, defenses
 from gradleak.experiment import configuration, plan
 from gradleak.report.markdown import beside
 from gradleak.report.reference import compare
-from gradleak.report.targets import TargetInputs, build_table
-from gradleak.types import Setting
+from gradleak.report.target_data import TargetInputs, build_table
+from gradleak.settings import Setting
 
 EPAFL = configuration.load(REPO / "config" / "paper" / "epafl.yaml")
 
@@ -298,7 +298,7 @@ def test_fl_history_records_the_test_loss(digits):
 
 
 def test_a_line_figure_gives_each_hue_one_colour_in_every_panel():
-    from gradleak.report.targets import line_figure
+    from gradleak.report.target_curves import line_figure
 
     frame = pd.DataFrame({"dataset": ["a", "a", "b", "b", "b", "b"],
                           "series": ["Q", "R", "P", "Q", "P", "Q"],
@@ -370,7 +370,7 @@ def test_the_report_says_what_stands_in_for_the_papers_data_and_priors(tmp_path)
     assert "on the public split of cifar10, ffhq, imagenet" in smoke[-1]
     full = substitutions(configuration.load(path))
     assert len(full) == 1 and "DCGANs" in full[0]  # the real data; the priors still stand in
-    from gradleak.report.targets import TargetResult
+    from gradleak.report.target_data import TargetResult
 
     target = TargetResult("fig1", "Fig. 1", None, None, {}, [])
     report = write_report({}, [], [target], tmp_path / "report.md",

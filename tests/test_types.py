@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from gradleak.models import LeNet
-from gradleak.types import Observation, Setting, Update
+from gradleak.settings import Setting
+from gradleak.types import Observation, Update
 
 
 @pytest.mark.parametrize("setting, text", [

@@ -14,7 +14,6 @@ from conftest import assert_like_the_loop, stacked_and_looped
 from gradleak import attacks, defenses
 from gradleak.attacks import stacked_gradients
 from gradleak.attacks.bn_statistics import batch_statistics, batchnorm_layers
-from gradleak.attacks.engine import Stage, Victims
 from gradleak.attacks.lockstep import in_lockstep
 from gradleak.attacks.objectives import (
     DISTANCES,
@@ -23,6 +22,8 @@ from gradleak.attacks.objectives import (
 )
 from gradleak.attacks.optimization import optimize
 from gradleak.attacks.stacked_gradients import StackedModel, unsupported
+from gradleak.attacks.stage import Stage
+from gradleak.attacks.victims import Victims
 from gradleak.models import LeNet, ResNet
 from gradleak.types import Update
 

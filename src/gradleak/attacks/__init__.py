@@ -20,8 +20,9 @@ from gradleak.attacks import (  # noqa: F401  (registration)
 )
 from gradleak.attacks.base import Reconstruction, available, build, needs
 from gradleak.attacks.early_stopping import Stopper
-from gradleak.attacks.engine import Attack, Stage, image_start, reconstruct_all
+from gradleak.attacks.engine import Attack, reconstruct_all
 from gradleak.attacks.label_inference import batch_labels, idlg_label, infer_labels
+from gradleak.attacks.stage import Stage, image_start
 from gradleak.types import Observation
 
 __all__ = ["Attack", "Observation", "Reconstruction", "Stage", "Stopper", "available", "build",

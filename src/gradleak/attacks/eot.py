@@ -46,8 +46,10 @@ from typing import Any
 import torch
 
 from gradleak.attacks.base import Reconstruction, build, needs, register, registered
-from gradleak.attacks.engine import Attack, RestartTransforms, Victims
+from gradleak.attacks.engine import Attack
 from gradleak.attacks.label_inference import infer_labels
+from gradleak.attacks.stage import RestartTransforms
+from gradleak.attacks.victims import Victims
 from gradleak.defenses import Defense
 from gradleak.defenses import build as build_defense
 from gradleak.types import DefenseContext, Observation, Update

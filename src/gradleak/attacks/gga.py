@@ -38,9 +38,12 @@ import torch
 from torch import nn
 
 from gradleak.attacks.base import Reconstruction, register, stopper_from
-from gradleak.attacks.engine import Attack, Stage, Transform, Victims
+from gradleak.attacks.engine import Attack
 from gradleak.attacks.prior import as_prior, frozen_copy, rendered
-from gradleak.types import Need, Observation
+from gradleak.attacks.stage import Stage, Transform
+from gradleak.attacks.victims import Victims
+from gradleak.needs import Need
+from gradleak.types import Observation
 
 TRANSFORMS = ("none", "pruning", "clipping", "soteria")
 RAMPUP, RAMPDOWN = 0.05, 0.25

@@ -58,7 +58,7 @@ from torch.func import functional_call, vmap
 
 from gradleak.attacks.base import Reconstruction, register, stopper_from
 from gradleak.attacks.bn_statistics import bn_loss, checked, stacked_statistics
-from gradleak.attacks.engine import Attack, Prior, Solution, Stage, Victims, image_start
+from gradleak.attacks.engine import Attack
 from gradleak.attacks.objectives import RESIDUAL_DISTANCES
 from gradleak.attacks.prior import (
     GeneratorPrior,
@@ -68,8 +68,11 @@ from gradleak.attacks.prior import (
     rendered,
     to_model_input,
 )
+from gradleak.attacks.stage import Prior, Solution, Stage, image_start
+from gradleak.attacks.victims import Victims
 from gradleak.config import ConfigError
-from gradleak.types import Need, Observation, artifact
+from gradleak.needs import Need, artifact
+from gradleak.types import Observation
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
 SPACES = ("x", "z", "w", "z/w", "z/x")

@@ -38,10 +38,12 @@ import torch
 from torch import nn
 
 from gradleak.attacks.base import Reconstruction, register, stopper_from
-from gradleak.attacks.engine import Attack, Stage, Victims
+from gradleak.attacks.engine import Attack
 from gradleak.attacks.gga import adaptive_transform, ramped
 from gradleak.attacks.prior import as_prior, frozen_copy, rendered
-from gradleak.types import Need
+from gradleak.attacks.stage import Stage
+from gradleak.attacks.victims import Victims
+from gradleak.needs import Need
 
 
 def project_l1_ball(v: torch.Tensor, radius: float | torch.Tensor) -> torch.Tensor:

@@ -42,13 +42,15 @@ from torch import nn
 
 from gradleak.attacks.base import register
 from gradleak.attacks.bn_statistics import preserved_buffers
-from gradleak.attacks.engine import Stage, Victims
 from gradleak.attacks.gias import GIAS, MILESTONES
 from gradleak.attacks.optimization import last_recorded, optimize
 from gradleak.attacks.prior import frozen_copy, latent_dim, rendered, to_model_input
+from gradleak.attacks.stage import Stage
+from gradleak.attacks.victims import Victims
 from gradleak.config import ConfigError
 from gradleak.data.datasets import split_capacity
-from gradleak.types import Need, Observation, artifact
+from gradleak.needs import Need, artifact
+from gradleak.types import Observation
 
 Callback = Callable[[int, nn.Module, dict], None]
 META_OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}

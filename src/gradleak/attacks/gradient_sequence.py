@@ -12,7 +12,7 @@ over all B images at once, c being the attack's cost of one upload (Inverting Gr
 the cosine distance plus TV). :class:`ObservedSequence` is such a victim: an Observation of
 the B images whose ``steps`` are the T uploads' own Observations (theta_t, g_t, |S_t|
 images, their labels) and whose ``subsets`` are the S_t. The engine sums a stage's loss,
-regularisers and prior included, over the steps (``engine.Victims.loss``), so an attack that
+regularisers and prior included, over the steps (``victims.Victims.loss``), so an attack that
 states its cost as stages on the victims' uploads (``Attack.sequences``) runs on a sequence
 as it is; its reconstruction is the B images.
 """

@@ -43,8 +43,11 @@ import torch
 
 from gradleak.attacks.base import Reconstruction, register, stopper_from
 from gradleak.attacks.bn_statistics import Statistics, bn_loss, checked, stacked_statistics
-from gradleak.attacks.engine import Attack, Prior, Stage, Victims, image_start
-from gradleak.types import Need, Observation
+from gradleak.attacks.engine import Attack
+from gradleak.attacks.stage import Prior, Stage, image_start
+from gradleak.attacks.victims import Victims
+from gradleak.needs import Need
+from gradleak.types import Observation
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
 

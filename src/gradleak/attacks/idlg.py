@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from gradleak.attacks.base import register
 from gradleak.attacks.dlg import DLG
-from gradleak.attacks.engine import Stage, Victims, image_start
 from gradleak.attacks.label_inference import idlg_label
+from gradleak.attacks.stage import Stage, image_start
+from gradleak.attacks.victims import Victims
 
 
 @register("idlg")

@@ -12,8 +12,10 @@ Fig. A3) the cost is summed over the uploads, each on its images.
 from __future__ import annotations
 
 from gradleak.attacks.base import register, stopper_from
-from gradleak.attacks.engine import Attack, Stage, Victims, image_start
+from gradleak.attacks.engine import Attack
 from gradleak.attacks.objectives import RESIDUAL_DISTANCES
+from gradleak.attacks.stage import Stage, image_start
+from gradleak.attacks.victims import Victims
 
 MILESTONES = (3 / 8, 5 / 8, 7 / 8)
 

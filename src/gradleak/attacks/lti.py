@@ -33,10 +33,12 @@ from torch import nn
 from tqdm import tqdm
 
 from gradleak.attacks.base import Reconstruction, register
-from gradleak.attacks.engine import Attack, Victims
+from gradleak.attacks.engine import Attack
 from gradleak.attacks.label_inference import infer_labels
+from gradleak.attacks.victims import Victims
 from gradleak.config import ConfigError
-from gradleak.types import DefenseContext, Need
+from gradleak.needs import Need
+from gradleak.types import DefenseContext
 
 LR_DROP = 0.75  # the official code: lr x 0.1 once 75 % of the epochs are done
 

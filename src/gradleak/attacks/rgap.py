@@ -42,7 +42,7 @@ f_{theta,r}(G(z*)): the generator fixes the whole input, so the rows of the lowe
 could only move it off the prior's range (and a pseudo-inverse would put back exactly the
 minimum-norm component the prior is there to choose in a rank-deficient layer). Their
 errors are those of f_{theta,r}(G(z*)). The search is GIAS's latent stage (App. H), run
-by the engine as every attack's stage (``RGAP.stage``, an ``engine.Stage`` whose ``cost``
+by the engine as every attack's stage (``RGAP.stage``, a ``stage.Stage`` whose ``cost``
 is this system's, no gradient distance): Adam with eta_z = 3e-2, lr x0.1 at 3/8, 5/8 and
 7/8 of ``latent_iterations`` (1,500, §5.1), z ~ N(0, I) drawn from the attack's seed, the
 best of ``latent_restarts`` (4) by the cost at their final codes, on the model's device in
@@ -67,12 +67,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradleak.attacks.base import Reconstruction, register
-from gradleak.attacks.engine import Attack, Stage, Victims
+from gradleak.attacks.engine import Attack
 from gradleak.attacks.gias import MILESTONES
 from gradleak.attacks.prior import frozen_copy, latent_dim, rendered
+from gradleak.attacks.stage import Stage
+from gradleak.attacks.victims import Victims
 from gradleak.config import ConfigError
 from gradleak.metrics.layers import layer_errors
-from gradleak.types import Need, Observation, artifact
+from gradleak.needs import Need, artifact
+from gradleak.types import Observation
 
 __all__ = ["RGAP", "layer_errors", "recover", "standard_form"]
 

@@ -25,8 +25,10 @@ import torch
 import torch.nn.functional as F
 
 from gradleak.attacks.base import register, stopper_from
-from gradleak.attacks.engine import Attack, Stage, Variables, Victims
+from gradleak.attacks.engine import Attack
 from gradleak.attacks.objectives import RESIDUAL_DISTANCES
+from gradleak.attacks.stage import Stage, Variables
+from gradleak.attacks.victims import Victims
 from gradleak.types import Observation
 
 FINAL_LR_FACTOR = 0.1  # the official code's CosineAnnealingLR eta_min = 0.1 x lr

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from gradleak import config
-from gradleak.types import DefenseContext, Need, Update
+from gradleak.needs import Need
+from gradleak.types import DefenseContext, Update
 from gradleak.utils.registry import Registry
 
 

@@ -43,7 +43,8 @@ from torch import nn
 from torch.func import functional_call
 
 from gradleak.defenses.base import Defense, DefenseContext, register
-from gradleak.types import Need, Update
+from gradleak.needs import Need
+from gradleak.types import Update
 from gradleak.utils.modes import eval_mode
 
 

@@ -69,7 +69,8 @@ from gradleak.adversaries.neural import FeatureNet
 from gradleak.adversaries.zoo import ModelZoo
 from gradleak.config import ConfigError
 from gradleak.defenses.base import Defense, DefenseContext, register
-from gradleak.types import Need, Update
+from gradleak.needs import Need
+from gradleak.types import Update
 
 VARIANTS = ("meta", "one_step", "average", "iterative", "momentum")
 

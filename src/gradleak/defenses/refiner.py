@@ -34,7 +34,8 @@ import torch
 from torch import nn
 
 from gradleak.defenses.base import Defense, DefenseContext, register
-from gradleak.types import Need, Update
+from gradleak.needs import Need
+from gradleak.types import Update
 
 
 def layer_weights(model: nn.Module, grad: Update, tau: float) -> Update:

@@ -1,4 +1,4 @@
-"""Artifacts that defenses and attacks declare as ``needs`` (``types.Need``): each kind's
+"""Artifacts that defenses and attacks declare as ``needs`` (``needs.Need``): each kind's
 files and loader are declared by one phase module (``phases.KINDS`` names it), so a rule
 waits for exactly the files its job loads, and the job's code includes that loader's."""
 
@@ -13,7 +13,7 @@ from torch import nn
 from gradleak import defenses
 from gradleak.experiment import phases, plan
 from gradleak.experiment.job import Job
-from gradleak.types import artifact_parts
+from gradleak.needs import artifact_parts
 from gradleak.utils.device import to_device
 
 

@@ -14,7 +14,7 @@ from gradleak.experiment.gather import target_inputs
 from gradleak.report.claims import measure_all
 from gradleak.report.markdown import beside as cells
 from gradleak.report.reference import compare as beside
-from gradleak.report.targets import build_table, select_rows, source_of
+from gradleak.report.target_data import build_table, select_rows, source_of
 from gradleak.report.verdicts import claims_table, summary_line
 from gradleak.report.verdicts_doc import number_text
 

@@ -1,4 +1,4 @@
-"""The runs a target reads, as the frames of ``report.targets.TargetInputs``: every point of
+"""The runs a target reads, as the frames of ``report.target_data.TargetInputs``: every point of
 its selections (case x setting x attacks x seeds) with its series and swept values, and the
 attribute jobs of its points (RecUP-FL) where the plan has them."""
 
@@ -13,8 +13,8 @@ from gradleak.experiment import paths, plan
 from gradleak.experiment.studies import registry as studies
 from gradleak.metrics.utility import pmm
 from gradleak.report.tables import fl_rows, load_record, victim_rows
-from gradleak.report.targets import TargetInputs
-from gradleak.types import PAPER, Setting
+from gradleak.report.target_data import TargetInputs
+from gradleak.settings import PAPER, Setting
 
 
 def _keys(config: dict, point: plan.Point, seed: int) -> dict:

@@ -11,7 +11,7 @@ import torch
 
 from gradleak import data, models
 from gradleak.experiment import paths, plan
-from gradleak.types import Setting
+from gradleak.settings import Setting
 from gradleak.utils.io import load_state, load_torch
 
 

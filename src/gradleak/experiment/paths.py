@@ -8,7 +8,7 @@ import pwd
 import stat
 from pathlib import Path
 
-from gradleak.types import Setting
+from gradleak.settings import Setting
 
 Part = str | int | Setting
 # the folders the functions below write into, and the one file at the top

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gradleak.experiment.plan import find_case
-from gradleak.types import Setting
+from gradleak.settings import Setting
 
 Identity = dict[str, Any]
 # A wildcard's Snakemake constraint and the type a job's identity holds it as.
@@ -59,10 +59,10 @@ class Output:
 
 @dataclass(frozen=True)
 class Kind:
-    """An artifact kind that defenses or attacks declare as a ``Need`` (``types.Need``; what
-    it is: ``types.ARTIFACTS``): the files a job waits for and the loader that builds the
+    """An artifact kind that defenses or attacks declare as a ``Need`` (``needs.Need``; what
+    it is: ``needs.ARTIFACTS``): the files a job waits for and the loader that builds the
     constructor argument from them, given the job (``experiment.job.Job``), the attacked
-    model (None without one) and what it is of (``types.artifact``: ``"gan:natural"`` is the
+    model (None without one) and what it is of (``needs.artifact``: ``"gan:natural"`` is the
     prior of dataset ``natural``; None: the configuration's own)."""
 
     files: Callable[[Any, str | None], list[Path]]
@@ -104,7 +104,7 @@ class Phase:
     - ``planned(config)``: the jobs the plan asks for directly; the rest of a phase's jobs
       are the ones that make files another job reads (``pipeline.walk``).
     - ``inputs(config, results, identity)``: the files a job reads besides its artifacts;
-      ``artifacts(config, results, identity)``: the artifacts it loads (``types.artifact``
+      ``artifacts(config, results, identity)``: the artifacts it loads (``needs.artifact``
       names), whose files it waits for and whose loaders' code it runs.
     - ``gathers``: phases whose every job's outputs a job reads (the aggregation).
     - ``reads``: the phases whose outputs its jobs may read (DVC's stages;

@@ -20,7 +20,7 @@ from typing import Any
 from gradleak import config as cfg
 from gradleak import data
 from gradleak.experiment import claim_rows
-from gradleak.types import ATTACK_ONLY_KEYS, UNDEFENDED, Setting, frozen, number_text
+from gradleak.settings import ATTACK_ONLY_KEYS, UNDEFENDED, Setting, frozen, number_text
 
 NONE = Setting(UNDEFENDED, 0)  # the undefended setting
 

@@ -33,7 +33,7 @@ from matplotlib.lines import Line2D
 from gradleak.report.intervals import interval
 from gradleak.report.style import case_text, finish, label_points, log_axis, series_styles
 from gradleak.report.tables import load_record, require, write_csv
-from gradleak.types import PAPER
+from gradleak.settings import PAPER
 
 ATTRIBUTE_COLUMNS = ["case", "defense", "strength", "adversary", "attacker", "attribute",
                      "round", "seed", "asr", "chance", "learning_loss", "accuracy"]

@@ -25,7 +25,7 @@ from gradleak.report.style import (  # noqa: E402
     series_styles,
 )
 from gradleak.report.tables import ATTACK_KEYS, load_record  # noqa: E402
-from gradleak.types import ADAPTIVE, PAPER, is_ablation  # noqa: E402
+from gradleak.settings import ADAPTIVE, PAPER, is_ablation
 from gradleak.utils.io import atomic_path  # noqa: E402
 
 DPI = 150

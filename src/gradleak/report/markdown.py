@@ -11,9 +11,9 @@ import pandas as pd
 
 from gradleak.report import protocol_ranking
 from gradleak.report.matched_utility import markdown_section
-from gradleak.report.targets import TargetResult
+from gradleak.report.target_data import TargetResult
 from gradleak.report.verdicts_doc import claims_section
-from gradleak.types import PAPER
+from gradleak.settings import PAPER
 from gradleak.utils.io import write_text
 
 

@@ -72,7 +72,7 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from gradleak import config as cfg  # noqa: E402
 from gradleak.report.style import case_text, finish  # noqa: E402
-from gradleak.types import (  # noqa: E402
+from gradleak.settings import (  # noqa: E402
     PAPER,
     PROTOCOL_KEYS,
     STRONGEST,

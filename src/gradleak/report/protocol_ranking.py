@@ -34,7 +34,7 @@ from scipy.stats import spearmanr  # noqa: E402
 
 from gradleak.report.matched_utility import protocol_text  # noqa: E402
 from gradleak.report.style import case_text, finish, series_styles  # noqa: E402
-from gradleak.types import STRONGEST  # noqa: E402
+from gradleak.settings import STRONGEST
 
 KEYS = ["case", "attack", "attacker", "pmm"]
 RANKING_COLUMNS = [*KEYS, "defense", "protocol", "psnr", "psnr_low", "psnr_high", "rank",

@@ -13,7 +13,7 @@ from gradleak.metrics.utility import pmm
 from gradleak.report.intervals import interval
 from gradleak.report.matched_utility import matched_utility
 from gradleak.report.protocol_ranking import protocol_ranking
-from gradleak.types import ATTACK_ONLY_KEYS, PAPER, Setting, is_ablation, label_without
+from gradleak.settings import ATTACK_ONLY_KEYS, PAPER, Setting, is_ablation, label_without
 from gradleak.utils.io import atomic_path
 
 IMAGE_METRICS = ["psnr", "ssim", "mse", "lpips", "stlpips", "noise_ratio"]

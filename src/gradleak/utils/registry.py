@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gradleak import config, plugins
-from gradleak.types import ARTIFACTS, artifact_parts
+from gradleak.needs import ARTIFACTS, artifact_parts
 
 
 class Registry:

@@ -5,7 +5,7 @@ its ``gradleak`` command and its DVC stage.
 A phase module is imported by name when it is needed (``load``), never by this package:
 a job runs its phase's module and what that imports, nothing of the others, so its code
 dependencies (``experiment.code``) are exactly those. Which phase declares each artifact
-kind's files and loader is ``types.ARTIFACTS``'s second entry.
+kind's files and loader is ``needs.ARTIFACTS``'s second entry.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from gradleak.types import ARTIFACTS
+from gradleak.needs import ARTIFACTS
 
 NAMES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)))
 KINDS = {kind: phase for kind, (_, phase) in ARTIFACTS.items()}

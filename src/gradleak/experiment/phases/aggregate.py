@@ -10,7 +10,7 @@ from gradleak import attacks
 from gradleak.data.datasets import SHAPES
 from gradleak.experiment import claims, paths, pipeline, plan, priors
 from gradleak.experiment.phase import Output, Phase
-from gradleak.types import artifact_parts
+from gradleak.needs import artifact_parts
 
 GATHERS = ("fl_run", "attack", "train_evalnet", "attribute", "target")
 # each with its caption, workflow/report/<kind>.rst

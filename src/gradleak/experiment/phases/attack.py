@@ -28,7 +28,7 @@ from gradleak.experiment.job import Job, model_at
 from gradleak.experiment.phase import CPU_MODELS, Kind, Output, Phase
 from gradleak.experiment.phases.prepare_data import class_counts
 from gradleak.experiment.resume import Resume
-from gradleak.types import ADAPTIVE, PAPER, Setting
+from gradleak.settings import ADAPTIVE, PAPER, Setting
 from gradleak.utils.device import select
 from gradleak.utils.io import write_json
 from gradleak.utils.seeding import child_seeds, seed_everything

@@ -42,7 +42,8 @@ from gradleak.experiment.attribute_samples import (
 from gradleak.experiment.job import Job, model_at
 from gradleak.experiment.phase import Output, Phase, by_model
 from gradleak.fl import batch_schedule, client_context, rows_of
-from gradleak.types import ADAPTIVE, PAPER, Setting, Update
+from gradleak.settings import ADAPTIVE, PAPER, Setting
+from gradleak.types import Update
 from gradleak.utils.io import REMEDY, ArtifactError, load_torch, read_json, write_json
 
 UPLOADS_TOGETHER = 100  # uploads a defense makes at once (Defense.many; RecUP-FL shares work)

@@ -21,7 +21,7 @@ from gradleak.experiment.attribute_samples import (
 )
 from gradleak.experiment.job import model_at
 from gradleak.experiment.phase import Output, Phase, always
-from gradleak.types import Setting
+from gradleak.settings import Setting
 from gradleak.utils.io import save_torch
 
 

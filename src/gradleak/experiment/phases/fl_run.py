@@ -16,7 +16,7 @@ from gradleak.experiment.job import Job, build_model
 from gradleak.experiment.phase import Output, Phase, by_model
 from gradleak.experiment.resume import Resume
 from gradleak.fl import FLSettings, run_federated
-from gradleak.types import artifact_parts
+from gradleak.needs import artifact_parts
 from gradleak.utils.device import select
 from gradleak.utils.io import save_torch, write_json
 from gradleak.utils.seeding import child_seeds, seed_everything

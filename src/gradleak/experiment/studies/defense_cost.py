@@ -48,7 +48,8 @@ from gradleak import adversaries, defenses, models
 from gradleak.experiment import plan
 from gradleak.experiment.studies.registry import StudyResult, register
 from gradleak.fl import client_update
-from gradleak.types import Setting, artifact_parts
+from gradleak.needs import artifact_parts
+from gradleak.settings import Setting
 from gradleak.utils.device import select, to_device
 from gradleak.utils.seeding import seed_everything
 from gradleak.utils.timing import rotated

@@ -1,0 +1,120 @@
+"""A stage's loss for P problems: their trial gradients stacked through
+``StackedModel`` (:func:`stacked_loss`) or one problem at a time through autograd
+(:func:`looped_loss`), each through its transformation (:func:`transformed`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import nn
+from torch.func import vmap
+
+from gradleak.attacks.bn_statistics import BNRecorder, batchnorm_layers
+from gradleak.attacks.objectives import (
+    DISTANCES,
+    RESIDUAL_DISTANCES,
+    Candidate,
+    GradientProducts,
+    penalty,
+)
+from gradleak.attacks.stacked_gradients import StackedModel
+from gradleak.attacks.stage import (
+    Loss,
+    Prior,
+    Transform,
+)
+from gradleak.attacks.unrolled import stacked_unrolled_updates, unrolled_update
+from gradleak.types import Update
+
+
+def transformed(transforms: Sequence[Transform], trials: Sequence[Update],
+                images: torch.Tensor) -> list[Update]:
+    """Problem p's trial gradient through ``transforms[p]``; transformations of one class
+    that has a ``together`` (EOT's defense samples) run at once through it."""
+    kinds = {type(t) for t in transforms}
+    together = getattr(kinds.pop(), "together", None) if len(kinds) == 1 else None
+    if together is not None:
+        return together(transforms, trials, images)
+    return [t(trial, x) for t, trial, x in zip(transforms, trials, images)]
+
+
+def stacked_loss(model: nn.Module, labels: torch.Tensor | None,
+                 targets: dict[str, torch.Tensor], *, distance: str,
+                 regularizers: Mapping[str, float] | None = None,
+                 transforms: Sequence[Transform] | None = None, prior: Prior | None = None,
+                 local: tuple[list[slice], float] | None = None) -> Loss:
+    """``loss(images, latent=None, labels=labels)`` -> (P,): the stage loss of P = V x R
+    problems (victim-major; ``targets``: name -> (V, *shape)) whose images (P, B, ...) run
+    as one batch through ``model`` (:class:`StackedModel`; ``transforms[p]``, the
+    transformation of problem p, forms the trial gradients), differentiable in the images
+    where grad mode is on; with ``local`` (each step's rows, lr) the trials are FedAvg
+    uploads, formed (``unrolled.stacked_unrolled_updates``; no ``prior``)."""
+    regularize, stacked = penalty(regularizers), StackedModel(model)
+    measure, residual = DISTANCES[distance], distance in RESIDUAL_DISTANCES
+    image_terms = vmap(lambda x: regularize(Candidate(x)))
+    latent_terms = vmap(lambda x, z: regularize(Candidate(x, z)))
+
+    def loss(images: torch.Tensor, latent: torch.Tensor | None = None,
+             labels: torch.Tensor | None = labels) -> torch.Tensor:
+        if transforms is None and local is None:
+            products = stacked.products(images, labels, targets, residual)
+        else:
+            trial = stacked.gradients(images, labels, create_graph=torch.is_grad_enabled()) \
+                if local is None else stacked_unrolled_updates(model, images, labels, *local)
+            parts = [Update({k: g[p] for k, g in trial.items()}) for p in range(len(images))]
+            parts = parts if transforms is None else transformed(transforms, parts, images)
+            products = GradientProducts.formed(
+                {k: torch.stack([part[k] for part in parts]) for k in trial}, targets, residual)
+        value = measure(products)
+        if prior is not None:
+            value = value + prior(images, stacked.batchnorm_statistics)
+        if regularizers:
+            value = value + (image_terms(images) if latent is None
+                             else latent_terms(images, latent))
+        return value
+
+    return loss
+
+
+def looped_loss(model: nn.Module, labels: torch.Tensor | None,
+                targets: dict[str, torch.Tensor], *, distance: str,
+                regularizers: Mapping[str, float] | None = None,
+                transforms: Sequence[Transform] | None = None, prior: Prior | None = None,
+                local: tuple[list[slice], float] | None = None) -> Loss:
+    """:func:`stacked_loss` one problem at a time, each trial gradient by autograd on
+    ``model`` itself (``transforms[p]`` the transformation of problem p when given); with
+    ``local`` (each step's rows, lr), each trial is the FedAvg upload
+    (``unrolled.unrolled_update``)."""
+    measure, regularize = DISTANCES[distance], penalty(regularizers)
+    residual, norms = distance in RESIDUAL_DISTANCES, batchnorm_layers(model)
+
+    def loss(images: torch.Tensor, latent: torch.Tensor | None = None,
+             labels: torch.Tensor | None = labels) -> torch.Tensor:
+        restarts = len(images) // len(next(iter(targets.values())))
+        graph, values, moments = torch.is_grad_enabled(), [], []
+        with BNRecorder(model) as recorder:
+            for p, x in enumerate(images):
+                with torch.enable_grad():
+                    trial = Update.of(model, x, labels[p], create_graph=graph) \
+                        if local is None else unrolled_update(model, x, labels[p], *local,
+                                                              create_graph=graph)
+                if transforms is not None:
+                    trial = transforms[p](trial, x)
+                own = slice(p // restarts, p // restarts + 1)
+                products = GradientProducts.formed({n: g.unsqueeze(0) for n, g in trial.items()},
+                                                   {n: t[own] for n, t in targets.items()},
+                                                   residual)
+                values.append(measure(products)[0] + regularize(
+                    Candidate(x, None if latent is None else latent[p])))
+                if norms:
+                    moments.append(recorder.statistics())
+        value = torch.stack(values)
+        if prior is not None:
+            value = value + prior(images, lambda: [
+                tuple(torch.stack([m[layer][i] for m in moments]) for i in range(2))
+                for layer in range(len(norms))])
+        return value
+
+    return loss
+
