@@ -171,3 +171,10 @@ def test_the_array_profile_is_the_slurm_profile_with_arrays_of_workflow_rules():
     rules = set(phases.NAMES)  # one rule per phase (workflow/rules/phases.smk)
     named = {rule.strip() for rule in array["slurm-array-jobs"].split(",")}
     assert named and named <= rules, named - rules
+
+
+def test_a_unit_without_an_assumed_cluster_rate_is_an_error_not_zero():
+    assert cluster._seconds("defend:e30:lenet:1x16x16:10::b8") == 0.0  # said to count 0
+    with pytest.raises(cluster.ClusterError, match="no assumed cluster rate for the unit "
+                                                   "'gan_step:1:16:8:b4'"):
+        cluster._seconds("gan_step:1:16:8:b4")

@@ -213,3 +213,17 @@ def test_an_unknown_target_is_named_with_the_known_ones(tmp_path, capsys, one_se
     path = configured(tmp_path, targets=TARGETS)[1] if config == "targets" else str(TEST)
     assert cli.main(["estimate", "--config", path, "table9"]) == 2
     assert re.search(f"gradleak estimate: error: {expected}", capsys.readouterr().err)
+
+
+def test_each_unit_kind_is_timed_by_the_phase_that_declares_it_and_an_unknown_one_is_refused():
+    """No if-chain over unit kinds: a phase's own units (``Phase.units``) are timed through
+    its timer, and a unit no phase declares stops the estimate naming it."""
+    from gradleak.experiment import phases
+
+    declared = {kind for phase in phases.every() for kind in phase.units}
+    assert {"gan_step", "evalnet_step", "mlp_step", "inverter_step"} <= declared
+    assert declared <= set(estimate.timers())
+    estimate._unit_call("mlp_step:64:b4", torch.device("cpu"))()
+    with pytest.raises(ValueError, match=r"unknown unit of work 'warp_step:3:b4'; expected one "
+                                         r"of the kinds \[.*'inverter_step'"):
+        estimate._unit_call("warp_step:3:b4", torch.device("cpu"))

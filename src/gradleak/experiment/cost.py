@@ -1,8 +1,8 @@
 """The work of a job, counted from the configuration's budgets in units whose cost depends
 only on the model, the input shape and the batch size; each phase's ``work`` counts its
 jobs' units here, ``gradleak estimate`` prices them with rates measured on the machine
-(``experiment.estimate``) and the cluster's wall times with assumed ones
-(``experiment.cluster``). The units:
+(``experiment.estimate``; a phase's own kinds with the timers it declares in ``units``)
+and the cluster's wall times with assumed ones (``experiment.cluster``). The units:
 
 - ``fl_step:<model>:<CxHxW>:<classes>:<option>:b<batch>``: one client's local SGD step
   (forward, backward, step) of the case's model at that batch;
@@ -95,6 +95,22 @@ def split_size(config: dict, results: Path, dataset: str, split: str) -> int:
         return json.loads(manifest.read_text())["splits"][split]["count"]
     return data.datasets.split_capacity(dataset, config["datasets"].get(dataset, {}), split) \
         or data.datasets.STAND_IN_SIZE
+
+
+def model_of(parts: list[str], device):
+    """The model a unit names (its ``<model>:<CxHxW>:<classes>:<option>`` parts, as
+    :func:`model_unit` writes them) on ``device``, its input shape and class count."""
+    from gradleak import models
+
+    name, shape, classes, option = parts
+    c, h, w = (int(v) for v in shape.split("x"))
+    options = {}
+    if name == "lenet" and option:
+        options["uniform_init"] = option == "True"
+    if name == "attribute_cnn" and option:
+        options["layout"] = option
+    model = models.build(name, c, int(classes), h, input_shape=(c, h, w), **options)
+    return model.to(device), (c, h, w), int(classes)
 
 
 def model_unit(config: dict, results: Path, case: str, kind: str, batch: int) -> str:

@@ -45,12 +45,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from gradleak import attacks, defenses, models
+from gradleak import attacks, defenses
 from gradleak import config as cfg
-from gradleak.adversaries.neural import make_net
-from gradleak.attacks.lti import Inverter
 from gradleak.experiment import cost, phases, pipeline, plan
-from gradleak.experiment.phases.train_zoo import ZOO_WIDTH
+from gradleak.experiment.phase import STARTUPS
 from gradleak.experiment.studies.defense_cost import untrained_evalnet
 from gradleak.types import Observation, Update
 from gradleak.utils.device import to_device
@@ -65,13 +63,6 @@ LBFGS_ITERATIONS = 100  # an ``lbfgs`` unit's timed attack (its early steps sear
 DEFEND_BATCH = 8
 RESULTS = Path("results")
 COLUMNS = ("target", "jobs", "cpu_hours", "gpu_hours")
-# what a start-up of each kind runs after `import gradleak.cli`
-STARTUP = {"startup": "",
-           "startup:gradients": "import torch; from torch.func import grad, vmap; "
-                                "vmap(grad(lambda x: (x * x).sum()))(torch.ones(2, 3))",
-           "startup:figures": "import matplotlib.pyplot, seaborn"}
-
-
 @dataclass
 class Job:
     """One Snakemake job: its rule and the units of work it runs."""
@@ -137,7 +128,7 @@ def cache_file(device: str) -> Path:
 
 
 def _startup(kind: str) -> Callable[[], object]:
-    command = [sys.executable, "-c", f"import gradleak.cli; {STARTUP[kind]}"]
+    command = [sys.executable, "-c", f"import gradleak.cli; {STARTUPS[kind]}"]
     return lambda: subprocess.run(command, check=True, capture_output=True)
 
 
@@ -174,98 +165,70 @@ def _seconds(call: Callable[[], object], device: str) -> float:
     return _cpu_seconds() - before
 
 
-def _model(parts: list[str], device: torch.device) -> tuple[torch.nn.Module, tuple, int]:
-    name, shape, classes, option = parts
-    c, h, w = (int(v) for v in shape.split("x"))
-    options = {}
-    if name == "lenet" and option:
-        options["uniform_init"] = option == "True"
-    if name == "attribute_cnn" and option:
-        options["layout"] = option
-    model = models.build(name, c, int(classes), h, input_shape=(c, h, w), **options)
-    return model.to(device), (c, h, w), int(classes)
+def _gradient_step(parts: list[str], batch: int, device: torch.device,
+                   gen: torch.Generator) -> Callable[[], object]:
+    """One client's SGD step of the unit's model on random images (``fl_step``)."""
+    model, shape, classes = cost.model_of(parts, device)
+    x = torch.rand((batch, *shape), generator=gen).to(device)
+    y = torch.randint(classes, (batch,), generator=gen).to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=0.0)
+
+    def step() -> None:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return step
+
+
+def _matching_step(parts: list[str], batch: int, device: torch.device,
+                   gen: torch.Generator) -> Callable[[], object]:
+    """One gradient-matching iteration of a dummy batch against a target gradient
+    (``match``)."""
+    model, shape, classes = cost.model_of(parts, device)
+    x = torch.rand((batch, *shape), generator=gen).to(device)
+    y = torch.randint(classes, (batch,), generator=gen).to(device)
+    loss = torch.nn.functional.cross_entropy
+    params = [p for p in model.parameters() if p.requires_grad]
+    target = [g.detach() for g in torch.autograd.grad(loss(model(x), y), params)]
+    dummy = torch.rand((batch, *shape), generator=gen).to(device).requires_grad_()
+
+    def match() -> None:
+        grads = torch.autograd.grad(loss(model(dummy), y), params, create_graph=True)
+        distance = sum(((g - t) ** 2).sum() for g, t in zip(grads, target))
+        distance.backward()
+    return match
+
+
+def timers() -> dict[str, Callable[..., Callable[[], object]]]:
+    """Every unit kind's timer: the ones several phases count (start-ups, a figure, an FL
+    step, a matching or L-BFGS iteration, a defended upload) and each phase's own
+    (``Phase.units``)."""
+    own = {kind: timer for phase in phases.every() for kind, timer in phase.units.items()}
+    return {"startup": lambda parts, batch, device, gen: _startup(":".join(["startup", *parts])),
+            "figure": lambda parts, batch, device, gen: _figure(),
+            "fl_step": _gradient_step, "match": _matching_step, "lbfgs": _lbfgs_attack,
+            "defend": _defended_upload, **own}
 
 
 def _unit_call(unit: str, device: torch.device) -> Callable[[], object]:
     """One unit of work, ready to time (its inputs built once, on ``device``)."""
     kind, *parts = unit.split(":")
-    if kind == "startup":
-        return _startup(unit)
-    if kind == "figure":
-        return _figure()
-    batch = int(parts[-1].removeprefix("b"))
-    gen = torch.Generator().manual_seed(0)
-    if kind == "lbfgs":
-        return _lbfgs_attack(parts[:-1], batch, device, gen)
-    if kind == "defend":
-        return _defended_upload(parts[:-1], batch, device, gen)
-    if kind in ("fl_step", "match"):
-        model, shape, classes = _model(parts[:-1], device)
-        x = torch.rand((batch, *shape), generator=gen).to(device)
-        y = torch.randint(classes, (batch,), generator=gen).to(device)
-        loss = torch.nn.functional.cross_entropy
-        params = [p for p in model.parameters() if p.requires_grad]
-        if kind == "fl_step":
-            opt = torch.optim.SGD(params, lr=0.0)
-
-            def step() -> None:
-                opt.zero_grad()
-                loss(model(x), y).backward()
-                opt.step()
-            return step
-        target = [g.detach() for g in torch.autograd.grad(loss(model(x), y), params)]
-        dummy = torch.rand((batch, *shape), generator=gen).to(device).requires_grad_()
-
-        def match() -> None:
-            grads = torch.autograd.grad(loss(model(dummy), y), params, create_graph=True)
-            distance = sum(((g - t) ** 2).sum() for g, t in zip(grads, target))
-            distance.backward()
-        return match
-    if kind == "inverter_step":  # hidden, features (0: all), then the case's model
-        model, shape, _ = _model(parts[2:-1], device)
-        inputs = int(parts[1]) or sum(p.numel() for p in model.parameters())
-        net = Inverter(inputs, int(parts[0]), shape).to(device)
-        x = torch.rand((batch, inputs), generator=gen).to(device)
-        y = torch.rand((batch, *shape), generator=gen).to(device)
-        opt = torch.optim.Adam(net.parameters(), lr=0.0)
-
-        def inverter_step() -> None:
-            opt.zero_grad()
-            ((net(x) - y) ** 2).mean().backward()
-            opt.step()
-        return inverter_step
-    if kind == "mlp_step":
-        net = make_net(int(parts[0]), [ZOO_WIDTH] * 3, 2, 0).to(device)
-        x = torch.rand((batch, int(parts[0])), generator=gen).to(device)
-        y = torch.randint(2, (batch,), generator=gen).to(device)
-        opt = torch.optim.SGD(net.parameters(), lr=0.0, momentum=0.9)
-
-        def mlp_step() -> None:
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(net(x), y).backward()
-            opt.step()
-        return mlp_step
-    if kind == "gan_step":
-        channels, latent, width = (int(v) for v in parts[:3])
-        size = int(parts[3].removeprefix("r")) if len(parts) == 5 else 32
-        images = torch.rand((batch, channels, size, size), generator=gen).to(device)
-        return lambda: models.dcgan.train_dcgan(images, epochs=1, batch_size=batch, lr=2e-4,
-                                                latent_dim=latent, width=width, seed=0,
-                                                progress=False)
-    if kind == "evalnet_step":
-        c, h, w = (int(v) for v in parts[0].split("x"))
-        widths = tuple(int(v) for v in parts[1].strip("[]").split(","))
-        images = torch.rand((batch, c, h, w), generator=gen).to(device)
-        return lambda: models.evalnet.train_evaluation_network(
-            images, epochs=1, batch_size=batch, lr=1e-4, seed=0, widths=widths, progress=False)
-    raise ValueError(f"unknown unit of work {unit!r}")
+    known = timers()
+    if kind not in known:
+        raise ValueError(f"unknown unit of work {unit!r}; expected one of the kinds "
+                         f"{sorted(known)} (a phase declares its own in `units`)")
+    batch = None  # the last part, b<batch>, where the unit has one
+    if parts and parts[-1].startswith("b") and parts[-1][1:].isdigit():
+        batch = int(parts.pop()[1:])
+    return known[kind](parts, batch, device, torch.Generator().manual_seed(0))
 
 
 def _lbfgs_attack(parts: list[str], batch: int, device: torch.device,
                   gen: torch.Generator) -> Callable[[], object]:
     """iDLG on one victim of random images, ``LBFGS_ITERATIONS`` iterations (DLG, labels
     optimised too, for a batch of several: iDLG reads one label)."""
-    model, shape, classes = _model(parts, device)
+    model, shape, classes = cost.model_of(parts, device)
     x = torch.rand((batch, *shape), generator=gen).to(device)
     y = torch.randint(classes, (batch,), generator=gen).to(device)
     context = defenses.DefenseContext(model=model, x=x, y=y, generator=gen)
@@ -281,7 +244,7 @@ def _defended_upload(parts: list[str], batch: int, device: torch.device,
     given the batch's gradient (the ``fl_step`` unit's work), its artifacts stood in for
     (``experiment.cost``: their weights do not change the cost)."""
     spec = cost.defense_spec(parts[0])
-    model, shape, classes = _model(parts[1:], device)
+    model, shape, classes = cost.model_of(parts[1:], device)
     batch = min(batch, DEFEND_BATCH)
     x = torch.rand((batch, *shape), generator=gen).to(device)
     y = torch.randint(classes, (batch,), generator=gen).to(device)

@@ -31,7 +31,11 @@ WILDCARDS: dict[str, tuple[str, Callable[[str], Any]]] = {
 }
 # How a wildcard names its part of a log or benchmark path (the rest: its value).
 PATH_PARTS = {"seed": "seed{seed}", "round": "round{round}"}
-STARTUPS = ("startup", "startup:gradients", "startup:figures")
+# what each kind of start-up runs after `import gradleak.cli` (`gradleak estimate` times it)
+STARTUPS = {"startup": "",
+            "startup:gradients": "import torch; from torch.func import grad, vmap; "
+                                 "vmap(grad(lambda x: (x * x).sum()))(torch.ones(2, 3))",
+            "startup:figures": "import matplotlib.pyplot, seaborn"}
 # Models whose FL runs and attribute jobs stay on CPUs under `device: auto`: FedAvg LeNet
 # took 8.58 s on a CPU and 4.15 s on an H200 (benchmarks/fl_device.py), a 2x that does not
 # pay for a GPU against a CPU core, where ResNets gain far more.
@@ -120,6 +124,9 @@ class Phase:
       them too (else a fixed allowance).
     - ``startup``: what starting a job costs (``experiment.cost``: torch.func's first call
       for ``startup:gradients``, the plotting libraries for ``startup:figures``).
+    - ``units``: the kinds of unit of work it introduces, each with the timer that
+      ``gradleak estimate`` calibrates it by (a unit no phase declares is an error there,
+      and one with no assumed rate in a ``timed`` phase an error on the cluster).
     - ``resumable``: ``run`` takes ``resume`` (``experiment.resume.Resume``), where a job
       keeps its finished pieces, so that a killed job's rerun continues from them.
     - ``priority(config, results, identity)``: Snakemake starts ready jobs of a higher one
@@ -146,13 +153,17 @@ class Phase:
     priority: Callable[[dict, Path, Identity], int] = lambda config, results, identity: 0
     kinds: Mapping[str, Kind] = field(default_factory=dict)
     resumable: bool = False
+    # the units of work it introduces (``experiment.cost``), each with its timer:
+    # (the unit's parts after its kind and before its batch, the batch, a torch device, a
+    # seeded generator) -> one unit's work, ready to time (`gradleak estimate`)
+    units: Mapping[str, Callable[..., Callable[[], object]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = [w for w in self.wildcards if w not in WILDCARDS]
         if unknown or self.startup not in STARTUPS:
             raise ValueError(f"phase {self.name!r}: unknown wildcard {unknown} or start-up "
                              f"{self.startup!r}; expected wildcards of {sorted(WILDCARDS)} "
-                             f"and a start-up of {STARTUPS}")
+                             f"and a start-up of {sorted(STARTUPS)}")
 
     @property
     def command(self) -> str:

@@ -49,6 +49,18 @@ def _work(config: dict, results: Path, job: dict) -> dict[str, int]:
             spec["epochs"] * math.ceil(size / spec["batch_size"])}
 
 
+def _time_step(parts: list[str], batch: int, device, gen):
+    """One epoch of the network on one batch of random images (``evalnet_step:<CxHxW>:
+    <widths>``)."""
+    import torch
+
+    c, h, w = (int(v) for v in parts[0].split("x"))
+    widths = tuple(int(v) for v in parts[1].strip("[]").split(","))
+    images = torch.rand((batch, c, h, w), generator=gen).to(device)
+    return lambda: models.evalnet.train_evaluation_network(
+        images, epochs=1, batch_size=batch, lr=1e-4, seed=0, widths=widths, progress=False)
+
+
 def _file(job) -> Path:
     return paths.evalnet_file(job.results, job.dataset)
 
@@ -73,5 +85,6 @@ PHASE = Phase(
     params=lambda config, job: config["evalnet"],
     gpu=always,
     work=_work,
+    units={"evalnet_step": _time_step},
     kinds=KINDS,
 )

@@ -80,6 +80,17 @@ def _work(config: dict, results: Path, job: dict) -> dict[str, int]:
             f":b{spec['batch_size']}": spec["epochs"] * math.ceil(size / spec["batch_size"])}
 
 
+def _time_step(parts: list[str], batch: int, device, gen):
+    """One epoch of the DCGAN on one batch of random images (``gan_step:<channels>:<latent>:
+    <width>[:r<resolution>]``)."""
+    channels, latent, width = (int(v) for v in parts[:3])
+    size = int(parts[3].removeprefix("r")) if len(parts) == 4 else 32
+    images = torch.rand((batch, channels, size, size), generator=gen).to(device)
+    return lambda: models.dcgan.train_dcgan(images, epochs=1, batch_size=batch, lr=2e-4,
+                                            latent_dim=latent, width=width, seed=0,
+                                            progress=False)
+
+
 def _outputs(config: dict, results: Path, jobs=None) -> dict[str, Output]:
     model = paths.gan_file(results, "{dataset}")
     return {"model": Output(model),
@@ -99,5 +110,6 @@ PHASE = Phase(
     params=lambda config, job: config["gan"],
     gpu=always,
     work=_work,
+    units={"gan_step": _time_step},
     resumable=True,
 )

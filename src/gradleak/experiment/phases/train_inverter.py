@@ -81,6 +81,25 @@ def _work(config: dict, results: Path, identity: dict) -> dict[str, int]:
                             spec["batch_size"]): steps}
 
 
+def _time_step(parts: list[str], batch: int, device, gen):
+    """One Adam step of the inversion network on random uploads and images
+    (``inverter_step:<hidden>:<features, 0: all>:<the case's model>``)."""
+    import torch
+
+    model, shape, _ = cost.model_of(parts[2:], device)
+    inputs = int(parts[1]) or sum(p.numel() for p in model.parameters())
+    net = Inverter(inputs, int(parts[0]), shape).to(device)
+    x = torch.rand((batch, inputs), generator=gen).to(device)
+    y = torch.rand((batch, *shape), generator=gen).to(device)
+    opt = torch.optim.Adam(net.parameters(), lr=0.0)
+
+    def step() -> None:
+        opt.zero_grad()
+        ((net(x) - y) ** 2).mean().backward()
+        opt.step()
+    return step
+
+
 KINDS = {KIND: Kind(
     lambda job, _of: [inverter_file(job.results, job.case, job.setting, job.seed)],
     lambda job, _model, _of: load_inverter(
@@ -108,6 +127,7 @@ PHASE = Phase(
         "round": plan.resolve(config, job["setting"])["attack"]["protocol"]["round"]},
     gpu=by_model,
     work=_work,
+    units={"inverter_step": _time_step},
     startup="startup:gradients",
     priority=artifacts.trained_first,
     kinds=KINDS,

@@ -83,6 +83,24 @@ def _work(config: dict, results: Path, job: dict) -> dict[str, int]:
             f"mlp_step:{spec['feature_size']}:b{ZOO_BATCH}": steps}
 
 
+def _time_step(parts: list[str], batch: int, device, gen):
+    """One SGD step of a defender MLP on random features (``mlp_step:<features>``)."""
+    import torch
+
+    from gradleak.adversaries.neural import make_net
+
+    net = make_net(int(parts[0]), [ZOO_WIDTH] * 3, 2, 0).to(device)
+    x = torch.rand((batch, int(parts[0])), generator=gen).to(device)
+    y = torch.randint(2, (batch,), generator=gen).to(device)
+    opt = torch.optim.SGD(net.parameters(), lr=0.0, momentum=0.9)
+
+    def step() -> None:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+    return step
+
+
 def _files(job: Job) -> list[Path]:
     return [paths.zoo_file(job.results, job.case, job.seed, r)
             for r in job.config["attribute"]["rounds"]]
@@ -111,6 +129,7 @@ PHASE = Phase(
                                 "attributes": zoo_attributes(config, job["case"])},
     gpu=always,
     work=_work,
+    units={"mlp_step": _time_step},
     startup="startup:gradients",
     # as soon as its checkpoint is there: RecUP-FL's jobs, the longest, wait on it
     priority=lambda config, results, job: 2,
