@@ -63,5 +63,5 @@ def trained_first(config: dict, results: Path, identity: dict) -> int:
     """Snakemake's priority of an FL, attack or attribute job: 1 for a setting whose
     defense loads a trained artifact (RecUP-FL's zoo, Refiner's network), whose jobs are
     the longest, so they start first (no long job left running alone at the end)."""
-    job = Job(config, results, identity["case"], identity["setting"], identity["seed"])
+    job = Job.of(config, results, identity)
     return int(bool(defense_needs(job)))

@@ -29,6 +29,11 @@ class Job:
     def __post_init__(self) -> None:
         self.results = Path(self.results)
 
+    @classmethod
+    def of(cls, config: dict, results: Path, identity: dict) -> Job:
+        """The job of a phase's identity (its wildcards' values: case, setting, seed)."""
+        return cls(config, results, identity["case"], identity["setting"], identity["seed"])
+
     @cached_property
     def spec(self) -> dict:
         """The case's entry of the configuration."""

@@ -73,7 +73,7 @@ def job_inputs(phase: Phase, config: dict, results: Path, identity: Identity,
     files = list(phase.inputs(config, results, identity))
     wanted = needed(phase, config, results, identity)
     if wanted:
-        job = Job(config, results, identity["case"], identity["setting"], identity["seed"])
+        job = Job.of(config, results, identity)
         files += artifacts.files(job, wanted)
     if phase.gathers:
         files += outputs_of(config, results, phase.gathers, jobs or walk(config, results))

@@ -281,9 +281,6 @@ def _kept(resume: Resume | None, run: str) -> attacks.engine.Kept | None:
 
 # -- the declaration ------------------------------------------------------------------------
 
-def _job(config: dict, results: Path, job: dict) -> Job:
-    return Job(config, results, job["case"], job["setting"], job["seed"])
-
 
 def _params(config: dict, job: dict) -> dict:
     """What an attack job reads from the configuration."""
@@ -339,8 +336,8 @@ PHASE = Phase(
                             for seed in config["attack"]["attacker"]["seeds"]],
     inputs=lambda config, results, job: [
         paths.data_manifest(results, plan.find_case(config, job["case"])["dataset"]),
-        _job(config, results, job).checkpoint],
-    artifacts=lambda config, results, job: needed(_job(config, results, job)),
+        Job.of(config, results, job).checkpoint],
+    artifacts=lambda config, results, job: needed(Job.of(config, results, job)),
     params=_params,
     gpu=_gpu,
     timed=True,

@@ -163,9 +163,6 @@ def run_attribute(config: dict, results: Path, case: str, setting: Setting, seed
     })
 
 
-def _job(config: dict, results: Path, job: dict) -> Job:
-    return Job(config, results, job["case"], job["setting"], job["seed"])
-
 
 def _inputs(config: dict, results: Path, job: dict) -> list[Path]:
     """The case's data, the setting's FL run (its checkpoints at attribute.rounds and its
@@ -210,7 +207,7 @@ PHASE = Phase(
                             for seed in config["fl"]["seeds"]],
     inputs=_inputs,
     artifacts=lambda config, results, job: list(
-        artifacts.defense_needs(_job(config, results, job)).values()),
+        artifacts.defense_needs(Job.of(config, results, job)).values()),
     params=_params,
     gpu=by_model,
     work=_work,

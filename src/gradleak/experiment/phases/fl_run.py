@@ -97,9 +97,6 @@ def run_fl(config: dict, results: Path, case: str, setting, seed: int,
         resume.finish()
 
 
-def _job(config: dict, results: Path, job: dict) -> Job:
-    return Job(config, results, job["case"], job["setting"], job["seed"])
-
 
 def _outputs(config: dict, results: Path, jobs=None) -> dict:
     folder = paths.fl_dir(results, "{case}", "{setting}", "{seed}")
@@ -149,7 +146,7 @@ PHASE = Phase(
     inputs=lambda config, results, job: [
         paths.data_manifest(results, plan.find_case(config, job["case"])["dataset"])],
     artifacts=lambda config, results, job: list(
-        artifacts.defense_needs(_job(config, results, job)).values()),
+        artifacts.defense_needs(Job.of(config, results, job)).values()),
     params=_params,
     gpu=by_model,
     memory_mb=2000,

@@ -60,14 +60,11 @@ def load_inverter(path: Path) -> Inverter:
     return inverter.eval()
 
 
-def _job(config: dict, results: Path, job: dict) -> Job:
-    return Job(config, results, job["case"], job["setting"], job["seed"])
-
 
 def _work(config: dict, results: Path, identity: dict) -> dict[str, int]:
     """Each public image's upload (a step of the model at batch 1 and the defense), draws
     times; the training as epochs x batches of a model step at the inverter's batch."""
-    job = _job(config, results, identity)
+    job = Job.of(config, results, identity)
     spec = config["inverter"]
     public = cost.split_size(config, results, job.dataset, "public") * spec["draws"]
     name, params = plan.defense_of(job.resolved, job.setting)
@@ -118,9 +115,9 @@ PHASE = Phase(
     run=train_job_inverter,
     inputs=lambda config, results, job: [
         paths.data_manifest(results, plan.find_case(config, job["case"])["dataset"]),
-        _job(config, results, job).checkpoint],
+        Job.of(config, results, job).checkpoint],
     artifacts=lambda config, results, job: sorted(
-        set(artifacts.defense_needs(_job(config, results, job)).values())),
+        set(artifacts.defense_needs(Job.of(config, results, job)).values())),
     params=lambda config, job: {
         "inverter": config["inverter"],
         "defense": plan.defense_of(plan.resolve(config, job["setting"]), job["setting"]),
