@@ -40,8 +40,9 @@ def copy_project(dest: Path) -> Path:
 def run(cmd: list[str], cwd: Path, check: bool = True, env: dict | None = None
         ) -> subprocess.CompletedProcess:
     proc = subprocess.run(cmd, cwd=cwd, env=env or ENV, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        pytest.fail(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    if check and proc.returncode != 0:  # a job's own error is in its log (tee'd to stdout)
+        pytest.fail(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+                    f"\n-- its output's end:\n{proc.stdout[-3000:]}")
     return proc
 
 

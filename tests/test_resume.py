@@ -5,6 +5,10 @@ run; a kept piece is recomputed only when it was never finished."""
 
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -229,3 +233,35 @@ def test_a_damaged_kept_fl_state_is_discarded_and_the_run_done_again(digits, tmp
     save_torch(resume.folder / "state.pt", {"round": 3})  # it loads, but holds no generators
     assert resume.latest("state") is None
     assert "holds no kept state and generator state" in capsys.readouterr().err
+
+
+def test_two_jobs_beside_each_other_one_finishing_the_other_keeping_a_piece(tmp_path,
+                                                                          monkeypatch):
+    """A finished job removes the empty folders above its own while another job makes its
+    folder there (CI, 2026-12-02: ``mkdir`` of a parent just removed): both go on."""
+    partial = tmp_path / ".partial"
+    finishing = Resume(partial / "fl_run" / "case" / "none-0" / "seed0" / "digest")
+    finishing.keep("state", {"round": 1})
+    real_mkdir, raced = os.mkdir, []
+
+    def mkdir_while_the_other_finishes(path, mode=0o777):
+        real_mkdir(path, mode)
+        if Path(path).name == "attack" and not raced:  # the other's finish: .partial goes
+            raced.append(path)
+            os.rmdir(path)
+            finishing.finish()
+    monkeypatch.setattr(os, "mkdir", mkdir_while_the_other_finishes)
+    keeping = Resume(partial / "attack" / "case" / "rounding-0.01" / "seed0" / "digest")
+    keeping.keep("state", {"victims": 2})
+    assert raced and not (partial / "fl_run").exists()
+    assert keeping.latest("state") == {"victims": 2}
+
+    real_rmdir = os.rmdir
+
+    def rmdir_of_a_folder_just_filled(path, **kw):
+        if Path(path).name == "case":  # the other job made its folder there a moment ago
+            raise OSError(errno.ENOTEMPTY, "Directory not empty", str(path))
+        real_rmdir(path, **kw)
+    monkeypatch.setattr(os, "rmdir", rmdir_of_a_folder_just_filled)
+    keeping.finish()
+    assert (partial / "attack" / "case").is_dir() and not keeping.folder.exists()

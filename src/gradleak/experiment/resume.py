@@ -84,9 +84,10 @@ class Resume:
         """The job is done: its kept pieces (and folders left empty above them) go."""
         shutil.rmtree(self.folder, ignore_errors=True)
         for parent in self.folder.parents:
-            if not parent.is_dir() or any(parent.iterdir()):
+            try:  # a job beside it may be making a folder there: then it is not empty
+                parent.rmdir()
+            except OSError:  # not empty, or already gone
                 break
-            parent.rmdir()
             if parent.name == paths.PARTIAL:
                 break
 

@@ -62,6 +62,19 @@ def remove_stale_temporaries(path: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
+def make_folder(folder: Path, tries: int = 5) -> None:
+    """``folder`` and the folders above it, made even while another job that just finished
+    removes the empty folders above its own (``Resume.finish``): a parent that vanishes
+    between two steps of ``mkdir(parents=True)`` is made again."""
+    for attempt in range(tries):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            return
+        except FileNotFoundError:
+            if attempt == tries - 1:
+                raise
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike):
     """Yield a temporary path next to ``path``; rename it over ``path`` on success.
@@ -73,7 +86,7 @@ def atomic_path(path: str | os.PathLike):
     old file or the complete new one. A failed write (disk full) raises OSError naming
     ``path``, with nothing left behind."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     remove_stale_temporaries(path)
     fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=path.suffix, dir=path.parent)
     os.close(fd)
