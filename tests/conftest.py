@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -108,6 +109,13 @@ def mnist_root() -> Path:
             pytest.fail(f"CI needs the MNIST test set at {raw}")
         pytest.skip(f"the MNIST test set is not at {raw}")
     return SHARED_DATASETS
+
+
+@pytest.fixture(scope="session")
+def digit_batch(digits):
+    """Three real digits (a fixed draw) and their labels: a batch of victims."""
+    chosen = np.random.default_rng(5).choice(len(digits.x), 3, replace=False)
+    return digits.x[chosen], digits.y[chosen]
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_pipeline import SNAKEMAKE, copy_project, run
+from project import SNAKEMAKE, copy_project, run
 
 from gradleak import cli
 from gradleak.utils.io import save_torch

@@ -12,7 +12,7 @@ import struct
 
 import numpy as np
 import pytest
-from test_pipeline import SNAKEMAKE, copy_project, run
+from project import SNAKEMAKE, copy_project, run
 
 from gradleak import cli
 

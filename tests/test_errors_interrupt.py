@@ -22,7 +22,7 @@ import pandas as pd
 import psutil
 import pytest
 import torch
-from test_pipeline import ENV, copy_project
+from project import ENV, copy_project
 
 from gradleak.utils import io
 from gradleak.utils.runlock import OWNER, release_stale_lock

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 from conftest import REPO
-from test_pipeline import ENV, SNAKEMAKE, copy_project
+from project import ENV, SNAKEMAKE, copy_project
 
 from gradleak import cli
 from gradleak import config as cfg

@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 from conftest import REPO
-from test_pipeline import SNAKEMAKE, copy_project, run
+from project import SNAKEMAKE, copy_project, run
 
 from gradleak import cli
 from gradleak import config as cfg

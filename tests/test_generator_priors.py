@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_pipeline import SNAKEMAKE, copy_project, run
+from project import SNAKEMAKE, copy_project, run
 
 from gradleak import attacks, config, defenses
 from gradleak.attacks.prior import BigGANPrior, DCGANPrior, StyleGAN2Prior

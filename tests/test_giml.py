@@ -269,7 +269,7 @@ def test_a_prior_of_another_dataset_resolves_its_own_gan_file(tmp_path, capsys):
 def test_two_prior_datasets_plan_two_train_gan_jobs(tmp_path):
     """The Snakefile's dry run: one train_gan job per prior dataset, each told its dataset."""
     import yaml
-    from test_pipeline import SNAKEMAKE, copy_project, run
+    from project import SNAKEMAKE, copy_project, run
 
     root = copy_project(tmp_path / "project")
     (root / "config" / "fig6.yaml").write_text(yaml.safe_dump(fig6_config()))

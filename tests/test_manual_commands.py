@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from conftest import commands, doc_block
-from test_pipeline import ENV, copy_project
+from project import ENV, copy_project
 
 
 @pytest.mark.slow

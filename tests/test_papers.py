@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import REPO
-from test_pipeline import ENV, copy_project, run
+from project import ENV, copy_project, run
 
 from gradleak import config as cfg
 from gradleak.experiment import catalog, configuration, plan, priors

@@ -42,7 +42,7 @@ def test_a_second_clone_names_its_own_files_and_says_when_the_imported_package_d
     import subprocess
     import sys
 
-    from test_pipeline import ENV, copy_project
+    from project import ENV, copy_project
 
     clone = copy_project(tmp_path / "review")
     config = configuration.load(REPO / "config" / "test.yaml")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -16,34 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import REPO, commands, doc_block
-
-PROJECT_FILES = ["Snakefile", "dvc.yaml", "params.yaml", ".dvcignore", "matplotlibrc",
-                 "workflow", "config", "src"]
-ENV = {**os.environ, "DVC_NO_ANALYTICS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-
-
-def copy_project(dest: Path) -> Path:
-    """A fresh copy of the project's files (as a clone has them), nothing else."""
-    dest.mkdir(parents=True, exist_ok=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    for name in PROJECT_FILES:
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name, symlinks=True, ignore=ignore)
-        else:
-            shutil.copy2(src, dest / name)
-    return dest
-
-
-def run(cmd: list[str], cwd: Path, check: bool = True, env: dict | None = None
-        ) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=env or ENV, capture_output=True, text=True)
-    if check and proc.returncode != 0:  # a job's own error is in its log (tee'd to stdout)
-        pytest.fail(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-                    f"\n-- its output's end:\n{proc.stdout[-3000:]}")
-    return proc
+from conftest import commands, doc_block
+from project import ENV, SNAKEMAKE, copy_project, own_source, run
 
 
 def digests(root: Path) -> dict[str, str]:
@@ -57,12 +30,6 @@ TEST_RUN = ["snakemake", "--cores", "all", "--configfile", "config/test.yaml"]  
 # the GPU partition's jobs of config/test.yaml (device auto, a LeNet case: cluster.py)
 GPU_RULES = {"train_evalnet", "train_gan", "train_giml", "attack", "train_zoo",
              "fit_adversaries"}
-
-
-def own_source(root: Path) -> dict:
-    """The environment that runs a copied project's own package (its src/), as a clone
-    installed with `pip install -e .` does: the jobs' code digests are of its files."""
-    return {**ENV, "PYTHONPATH": str(root / "src")}
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_pipeline import ENV, SNAKEMAKE, copy_project, own_source, run
+from project import ENV, SNAKEMAKE, copy_project, own_source, run
 
 PLUGIN = '''"""Round-to-nearest on a grid of step ``step`` (Gupta et al., ICML 2015, Eq. 1)."""
 import torch

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import REPO
+from project import ENV, copy_project
 from test_matched_utility import _json
-from test_pipeline import ENV, copy_project
 
 from gradleak.config import ConfigError, read
 from gradleak.experiment import configuration, plan

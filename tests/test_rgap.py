@@ -227,7 +227,7 @@ def test_the_attack_phase_records_every_layers_error(digits, tmp_path):
 def test_the_latent_searchs_cost_is_the_closed_forms_system():
     """Eq. 11's differentiable cost |A_r x - b_r|^2 / |b_r|^2 (patches and a convolution)
     equals the sparse system the pseudo-inverse solves (padding and strides included)."""
-    from gradleak.attacks.rgap import _system, system_cost
+    from gradleak.attacks.rgap_system import layer_system, system_cost
 
     torch.manual_seed(0)
     conv = nn.Conv2d(3, 5, 4, stride=2, padding=2, bias=False).double()
@@ -236,7 +236,7 @@ def test_the_latent_searchs_cost_is_the_closed_forms_system():
     out_shape = conv(x[:1]).shape[1:]
     k, z = torch.randn(out_shape, dtype=torch.float64), torch.randn(out_shape, dtype=torch.float64)
     grad = torch.randn_like(weight)
-    a, b, _ = _system(conv, weight, grad, None, k, z, (3, 9, 9))
+    a, b, _ = layer_system(conv, weight, grad, None, k, z, (3, 9, 9))
     expected = [np.square(a @ xi.flatten().numpy() - b).sum() / np.square(b).sum() for xi in x]
     cost = system_cost(conv, weight, grad, None, k, z, device="cpu", dtype=torch.float64)(x)
     assert cost.tolist() == pytest.approx(expected, rel=1e-10)
@@ -265,10 +265,11 @@ def test_the_latent_search_is_the_engines_stage(digits, monkeypatch):
 @pytest.mark.parametrize("spread", [1.0, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 0.0])
 def test_the_rank_after_a_condition_estimate_is_the_eigenvalues_count(spread, monkeypatch):
     """A Gram matrix whose smallest singular values are ``spread`` x the largest (0: rank
-    n - 5): the rank :func:`rgap._rank` reports, first from LAPACK's condition estimate
-    where a Cholesky factor exists, is the count of singular values above the cutoff, as
-    the full spectrum gives; a spectrum clear of the cutoff needs no eigendecomposition."""
-    from gradleak.attacks.rgap import _rank
+    n - 5): the rank :func:`rgap_system.numerical_rank` reports, first from LAPACK's
+    condition estimate where a Cholesky factor exists, is the count of singular values
+    above the cutoff, as the full spectrum gives; a spectrum clear of the cutoff needs no
+    eigendecomposition."""
+    from gradleak.attacks.rgap_system import numerical_rank
 
     n, rcond = 300, 1e-7
     rng = torch.Generator().manual_seed(0)
@@ -279,11 +280,11 @@ def test_the_rank_after_a_condition_estimate_is_the_eigenvalues_count(spread, mo
     gram = (gram + gram.T) / 2
     factor, failed = torch.linalg.cholesky_ex(gram)
     expected = torch.linalg.eigvalsh(gram).clamp(min=0).sqrt()
-    assert _rank(gram, None if failed else factor, rcond) == \
+    assert numerical_rank(gram, None if failed else factor, rcond) == \
         int((expected > rcond * expected[-1]).sum())
     if spread >= 1e-4:
         monkeypatch.setattr(torch.linalg, "eigvalsh", None)
-        assert _rank(gram, factor, rcond) == n
+        assert numerical_rank(gram, factor, rcond) == n
 
 
 
@@ -291,13 +292,14 @@ def test_a_layer_system_solved_before_is_not_built_again(digits, monkeypatch):
     """R-GAP's rows with and without a prior attack one upload with the same systems above
     the prior (GIAS Table 1): each is solved once, with the images and reports of solving
     it again; another upload's systems are its own."""
-    from gradleak.attacks import rgap
+    from gradleak.attacks import rgap_system
 
     model = seeded("cnn6", 16)
     first, second = (observe(model, *digit(digits, 16, index)) for index in (0, 1))
-    built, gram = [], rgap._gram
-    monkeypatch.setattr(rgap, "_gram", lambda *args: built.append(1) or gram(*args))
-    monkeypatch.setattr(rgap, "_SOLVED", type(rgap._SOLVED)())
+    built, gram = [], rgap_system.normal_equations
+    monkeypatch.setattr(rgap_system, "normal_equations",
+                        lambda *args: built.append(1) or gram(*args))
+    monkeypatch.setattr(rgap_system, "SOLVED", type(rgap_system.SOLVED)())
     fresh = attacks.build("rgap")(first)
     layers = len(built)
     again = attacks.build("rgap")(first)
@@ -307,5 +309,5 @@ def test_a_layer_system_solved_before_is_not_built_again(digits, monkeypatch):
     assert all(map(torch.equal, again.extra["inputs"], fresh.extra["inputs"]))
     attacks.build("rgap")(second)
     assert len(built) == 2 * layers
-    monkeypatch.setattr(rgap, "_SOLVED", type(rgap._SOLVED)())
+    monkeypatch.setattr(rgap_system, "SOLVED", type(rgap_system.SOLVED)())
     assert torch.equal(attacks.build("rgap")(first).images, fresh.images)

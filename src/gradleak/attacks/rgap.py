@@ -55,9 +55,7 @@ top, then the latent cost per step and its final value (``final_loss``).
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -70,6 +68,7 @@ from gradleak.attacks.base import Reconstruction, register
 from gradleak.attacks.engine import Attack
 from gradleak.attacks.gias import MILESTONES
 from gradleak.attacks.prior import frozen_copy, latent_dim, rendered
+from gradleak.attacks.rgap_system import analysed, solve, system_cost
 from gradleak.attacks.stage import Stage
 from gradleak.attacks.victims import Victims
 from gradleak.config import ConfigError
@@ -146,130 +145,6 @@ def _head(weight, grad, bias_grad, label):
     return a * d, torch.from_numpy(h) / a, label
 
 
-def _system(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape):
-    """A_r (sparse) and b_r of Eq. 9 for the input x_r of convolution ``conv``: the gradient
-    rows dW_r = k_r U(x_r)^T over |k_r|, the forward rows W_r U(x_r) = z_r - bias over |W_r|;
-    the unknowns are x_r without its zero padding."""
-    n, (out, fan) = int(np.prod(in_shape)), weight.flatten(1).shape
-    index = torch.arange(1, n + 1, dtype=torch.float64).reshape(1, *in_shape)
-    index = F.unfold(index, conv.kernel_size, padding=conv.padding, stride=conv.stride)[0]
-    q, p = (index > 0).nonzero(as_tuple=True)
-    columns, positions = (index[q, p].round().long() - 1).repeat(out), index.shape[1]
-    k, w = k.reshape(out, positions), weight.reshape(out, fan)
-    scale_k, scale_w = float(k.norm()), float(w.norm())
-    f = torch.arange(out)[:, None]
-    rows = torch.cat([(f * fan + q).flatten(), (out * fan + f * positions + p).flatten()])
-    values = torch.cat([(k[:, p] / scale_k).flatten(), (w[:, q] / scale_w).flatten()])
-    from scipy import sparse  # imported on use
-
-    a = sparse.csr_matrix((values.numpy(), (rows.numpy(), torch.cat([columns, columns]).numpy())),
-                          shape=(out * fan + out * positions, n))
-    target = z - (0 if bias is None else bias[:, None, None])
-    b = np.concatenate([(grad.flatten() / scale_k).numpy(), (target.flatten() / scale_w).numpy()])
-    return a, b, {"unknowns": n, "gradient_constraints": out * fan,
-                  "forward_constraints": out * positions}
-
-
-def _rank(gram: torch.Tensor, factor: torch.Tensor | None, rcond: float) -> int:
-    """The numerical rank of A from its Gram matrix: its singular values above ``rcond`` x
-    the largest. With a Cholesky factor, LAPACK's estimate of 1/kappa_1(A^T A) (``dpocon``,
-    O(n^2)) comes first: kappa_2 <= kappa_1 for a symmetric matrix, and the 1,000x margin
-    over the cutoff rcond^2 covers the estimate's error (it bounds |(A^T A)^-1|_1 from
-    below, in practice within 3x), so a clear estimate gives full rank without the O(n^3)
-    eigendecomposition (the same counts, docs/measurements.md m58); otherwise every
-    eigenvalue."""
-    n = gram.shape[0]
-    if factor is not None:
-        from scipy.linalg.lapack import dpocon
-
-        estimate, info = dpocon(factor.numpy(), float(gram.abs().sum(0).max()), uplo="L")
-        if info == 0 and estimate > 1000 * rcond**2:
-            return n
-    singular = torch.linalg.eigvalsh(gram).clamp(min=0).sqrt()  # of A, ascending
-    return int((singular > rcond * singular[-1]).sum())
-
-
-def _gram(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape):
-    """A_r^T A_r, A_r^T b_r, A_r's report (:func:`_system`) and the Gram matrix's Cholesky
-    factor (None: not positive definite)."""
-    a, b, report = _system(conv, weight, grad, bias, k, z, in_shape)
-    gram = torch.from_numpy((a.T @ a).toarray())
-    factor, failed = torch.linalg.cholesky_ex(gram)
-    return gram, torch.from_numpy(a.T @ b), (a, b, report), None if failed else factor
-
-
-def _digest(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond) -> str:
-    """A layer system's identity: its convolution, tensors, input shape and cutoff."""
-    h = hashlib.sha256(repr((conv.kernel_size, conv.stride, conv.padding, tuple(in_shape),
-                             rcond)).encode())
-    for t in (weight, grad, bias, k, z):
-        h.update(b"none" if t is None else repr(tuple(t.shape)).encode()
-                 + t.contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
-# The last systems solved, by digest: R-GAP's rows with and without a prior share them.
-_SOLVED: OrderedDict[str, tuple[torch.Tensor, dict]] = OrderedDict()
-SOLVED_KEPT = 64
-
-
-def _solve(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond):
-    """x_r from A_r x_r = b_r (Eqs. 9-10) and its rank analysis (a system solved before:
-    its solution again, from ``_SOLVED``)."""
-    key = _digest(conv, weight, grad, bias, k, z, in_shape, rcond)
-    if key in _SOLVED:
-        _SOLVED.move_to_end(key)
-        return _SOLVED[key][0].clone(), dict(_SOLVED[key][1])
-    gram, rhs, (a, b, report), factor = _gram(conv, weight, grad, bias, k, z, in_shape)
-    n, rank = report["unknowns"], _rank(gram, factor, rcond)
-    if rank == n and factor is not None:  # Cholesky: 7x faster than the eigenvectors
-        x = torch.cholesky_solve(rhs[:, None], factor)[:, 0]
-    else:  # the pseudo-inverse: minimum-norm least squares on the kept singular values
-        eigenvalues, vectors = torch.linalg.eigh(gram)
-        kept = vectors[:, n - rank:]
-        x = kept @ ((kept.T @ rhs) / eigenvalues[n - rank:])
-    residual = float(np.linalg.norm(a @ x.numpy() - b) / max(np.linalg.norm(b), 1e-300))
-    report = {**report, "rank": rank, "residual": residual, "solved": "pseudo-inverse"}
-    _SOLVED[key] = (x.reshape(in_shape).clone(), dict(report))
-    if len(_SOLVED) > SOLVED_KEPT:
-        _SOLVED.popitem(last=False)
-    return x.reshape(in_shape), report
-
-
-def _analysed(conv: nn.Conv2d, weight, grad, bias, k, z, in_shape, rcond) -> dict:
-    """The rank analysis of A_r without solving (a layer that the prior solves); a system
-    solved before: its analysis, from ``_SOLVED``."""
-    key = _digest(conv, weight, grad, bias, k, z, in_shape, rcond)
-    if key in _SOLVED:
-        return {n: v for n, v in _SOLVED[key][1].items() if n not in ("residual", "solved")}
-    gram, _, (_, _, report), factor = _gram(conv, weight, grad, bias, k, z, in_shape)
-    return {**report, "rank": _rank(gram, factor, rcond)}
-
-
-def system_cost(conv: nn.Conv2d, weight, grad, bias, k, z, *, device, dtype=torch.float32
-                ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """|A_r x - b_r|^2 / |b_r|^2 of the row-scaled system of :func:`_system` for a batch of
-    inputs x (R, C, H, W) of convolution ``conv`` -> (R,), differentiable (Eq. 11's cost):
-    the gradient rows through the patches U(x), the forward rows through the convolution
-    (its zero padding is the padding the unknowns leave out)."""
-    out = weight.shape[0]
-    w = weight.to(device, dtype)
-    kk = k.reshape(out, -1).to(device, dtype)
-    scale_k, scale_w = float(kk.norm()), float(w.norm())
-    g = grad.reshape(out, -1).to(device, dtype) / scale_k
-    target = (z - (0 if bias is None else bias[:, None, None])).to(device, dtype) / scale_w
-    norm = float(g.square().sum() + target.square().sum())
-
-    def cost(x: torch.Tensor) -> torch.Tensor:
-        patches = F.unfold(x, conv.kernel_size, padding=conv.padding, stride=conv.stride)
-        dw = torch.einsum("op,rfp->rof", kk, patches) / scale_k
-        forward = F.conv2d(x, w, stride=conv.stride, padding=conv.padding) / scale_w
-        return ((dw - g).square().sum((1, 2))
-                + (forward - target).square().flatten(1).sum(1)) / norm
-
-    return cost
-
-
 def _forward(chain, image: torch.Tensor, count: int) -> list[torch.Tensor]:
     """The inputs of the first ``count`` layers of ``chain`` on ``image`` (image first)."""
     xs = [image]
@@ -321,11 +196,11 @@ def recover(model: nn.Module, gradient, input_shape, label: int | None, rcond: f
         system = (conv, conv.weight.detach().cpu().double(), observed(conv.weight),
                   None if conv.bias is None else conv.bias.detach().cpu().double(), k, z)
         if r + 1 == prior_layers:  # Eq. 11: x_r = f_{theta,r}(G(z*)), and every layer below
-            reports.insert(0, {"name": name, **_analysed(*system, shape, rcond),
+            reports.insert(0, {"name": name, **analysed(*system, shape, rcond),
                                "solved": "latent search"})
             return inputs, reports, label, system_cost(
                 *system, device=next(model.parameters()).device)
-        x, report = _solve(*system, shape, rcond)
+        x, report = solve(*system, shape, rcond)
         inputs.insert(0, x)
         reports.insert(0, {"name": name, **report})
         upper = conv

@@ -7,7 +7,6 @@ attack's and defense's own rules (``check_config``; a swept value's: with its ca
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,23 +14,15 @@ from typing import Any
 from gradleak import attacks, defenses
 from gradleak.config import (
     ConfigError,
-    check,
     definition,
-    figure_specs,
     get_path,
-    knob,
     read,
     registered_name,
-    resolve,
-    schema,
-    set_path,
-    sweep_column,
     validate_schema,
 )
 from gradleak.data import datasets
-from gradleak.experiment import claims, plan, priors, victims
+from gradleak.experiment import claims, priors, sweep_rules, target_rules, victims
 
-SWEEPABLE = ("fl.", "attack.", "attacks.", "defenses.")
 # Where each key of the flat `attack:` section went when it was split by what its keys are
 # about (decision 0089): which victims, the protocol observed, the attacker, the outputs.
 MOVED = {"victims": "victims.count", "victims_by_attack": "victims.by_attack",
@@ -43,10 +34,6 @@ MOVED = {"victims": "victims.count", "victims_by_attack": "victims.by_attack",
          "adaptive_samples": "attacker.adaptive_samples", "metrics": "outputs.metrics",
          "grid_victims": "outputs.grid_victims", "traces": "outputs.traces",
          "snapshots": "outputs.snapshots"}
-ROW_KEYS = ("case", "dataset", "model", "defense", "strength", "attack", "series", "seed",
-            "adversary", "attribute", "round")  # the last three: attribute results
-
-
 def split_capacity(config: dict, dataset: str, split: str = "train") -> int | None:
     """An upper bound of the images in ``split`` of a configured dataset (None: unknown)."""
     return datasets.split_capacity(dataset, config["datasets"].get(dataset, {}), split)
@@ -96,8 +83,8 @@ def validate(config: dict | None) -> dict:
         raise ConfigError(f"invalid config: 'attack.attacker.seeds' {missing} are not in "
                           f"'fl.seeds' "
                           f"{config['fl']['seeds']} (attacks observe the FL run of their seed)")
-    _validate_protocols(config)
-    _validate_targets(config)
+    target_rules.validate_protocols(config)
+    target_rules.validate_targets(config)
     claims.validate(config)
     _validate_combinations(config)
     _validate_classes(config)
@@ -142,175 +129,6 @@ def _refuse_moved(config: Any) -> None:
                         if head == "attack" and key in MOVED and not (
                                 key == "victims" and "." in rest):
                             _moved(key, f"{root}.{name}.select[{i}].{kind}.{path}")
-
-
-def _check_sweep_value(config: dict, key: str, value: Any, where: str) -> None:
-    """ConfigError unless ``key`` may be swept and ``value`` is valid there (``config``'s
-    cases: those of the selection)."""
-    parts = key.split(".")
-    if not key.startswith(SWEEPABLE) or (parts[0] == "defenses" and parts[2:3] != ["params"]):
-        raise ConfigError(f"invalid config: '{where}': {key!r} cannot be swept; expected "
-                          f"fl.*, attack.*, attacks.<label>.* or defenses.<label>.params.*")
-    try:
-        get_path(config, key)
-    except KeyError:
-        raise ConfigError(f"invalid config: '{where}': {key!r} is not a path of this "
-                          f"configuration (set it first, e.g. a stopper before its threshold)"
-                          ) from None
-    if parts[0] in ("attacks", "defenses"):
-        kind, label = parts[0], parts[1]
-        entry = copy.deepcopy(config[kind][label])
-        params = entry.pop("params") if kind == "defenses" else entry
-        params.pop("attack", None)
-        set_path(params, ".".join(parts[3:] if kind == "defenses" else parts[2:]), value)
-        name = registered_name(config, kind, label)
-        if kind == "defenses" and knob(name) is not None:
-            params[knob(name)] = definition(kind, name)["properties"][knob(name)]["default"]
-        resolved = resolve(kind, name, params, where=f"{where}[{key}]")
-        if kind == "attacks":
-            attacks.base.registered(name).check_config(resolved, config, f"{where}[{key}]")
-            _check_prior_dataset(config, resolved, f"{where}[{key}]")
-        else:
-            defenses.registered(name).check_config(resolved, config, f"{where}[{key}]")
-    else:
-        section = copy.deepcopy(config[parts[0]])
-        set_path(section, ".".join(parts[1:]), value)
-        check(section, {k: v for k, v in schema()["properties"][parts[0]].items()
-                        if k != "default"}, f"{where}[{key}]")
-        if problem := victims.swept_problem(config, parts[0], section):
-            raise ConfigError(f"invalid config: '{where}[{key}]': {problem}")
-
-
-def _validate_protocols(config: dict) -> None:
-    """Each protocol's values valid where they go; no protocols beside targets."""
-    if config["protocols"] and config["targets"]:
-        raise ConfigError("invalid config: 'protocols' with 'targets': a target sweeps the "
-                          "protocol in its selections; expected one of the two")
-    for name, overrides in config["protocols"].items():
-        for key, value in overrides.items():
-            _check_sweep_value(config, key, value, f"protocols.{name}")
-
-
-def _validate_study(config: dict, name: str, target: dict) -> set[str]:
-    """The study's parameters, datasets and metrics checked; the columns of its rows."""
-    kind = target["study"]["kind"]
-    definition_ = definition("studies", kind)
-    target["study"] = resolve("studies", kind, target["study"], f"targets.{name}.study")
-    for key in ("dataset", "datasets"):
-        value = target["study"].get(key)
-        for dataset in [value] if isinstance(value, str) else value or []:
-            if dataset not in config["datasets"]:
-                raise ConfigError(f"invalid config: 'targets.{name}.study.{key}': {dataset!r} "
-                                  f"is not a configured dataset (expected one of "
-                                  f"{sorted(config['datasets'])})")
-    images = target["study"].get("images")
-    named = [target["study"]["dataset"]] if "dataset" in target["study"] else []
-    for dataset in [*named, *target["study"].get("datasets", [])]:
-        capacity = split_capacity(config, dataset, "test")
-        if images is not None and capacity is not None and images > capacity:
-            raise ConfigError(f"invalid config: 'targets.{name}.study.images' {images} is more "
-                              f"than the test split of {dataset!r} holds (at most {capacity})")
-    label, wanted = target["study"].get("defense"), definition_.get("defense")
-    labels = sorted(k for k in config["defenses"]
-                    if registered_name(config, "defenses", k) == wanted)
-    if label is not None and label not in labels:
-        raise ConfigError(f"invalid config: 'targets.{name}.study.defense': {label!r} is not a "
-                          f"configured {wanted} defense label (expected one of {labels})")
-    for i, label in enumerate(target["study"].get("defenses", [])):
-        if label not in config["defenses"]:
-            raise ConfigError(f"invalid config: 'targets.{name}.study.defenses[{i}]': {label!r} "
-                              f"is not a configured defense label (expected one of "
-                              f"{sorted(config['defenses'])})")
-    metrics = [m.partition(":")[0] for m in target.get("table", {}).get("metrics", [])]
-    metrics += [y for _, figure in figure_specs(target) for y in (
-        figure.get("y") if isinstance(figure.get("y"), list) else [figure.get("y")]) if y]
-    unknown = sorted({m.partition(":")[0] for m in metrics} - set(definition_["metrics"]))
-    if unknown:
-        raise ConfigError(f"invalid config: 'targets.{name}': {unknown[0]!r} is not a metric of "
-                          f"a {kind} study (expected one of {definition_['metrics']})")
-    return set(definition_["columns"])
-
-
-def _validate_targets(config: dict) -> None:
-    datasets = set(schema()["properties"]["datasets"]["properties"])
-    models = set(schema()["properties"]["cases"]["items"]["properties"]["model"]["enum"])
-    for name, target in config["targets"].items():
-        columns = set(ROW_KEYS)
-        if ("select" in target) == ("study" in target):
-            raise ConfigError(f"invalid config: 'targets.{name}': expected either 'select' (the "
-                              f"runs it reads) or 'study' (a measurement without runs), "
-                              f"{'not both' if 'select' in target else 'found neither'}")
-        if "study" in target:
-            columns = _validate_study(config, name, target)
-        for i, selection in enumerate(target.get("select", [])):
-            where = f"targets.{name}.select[{i}]"
-            scoped = {**config, "cases": plan.selected_cases(config, selection)}
-            for kind, known in (("datasets", datasets), ("models", models),
-                                ("defenses", set(config["defenses"])),
-                                ("attacks", set(config["attacks"]))):
-                unknown = sorted(set(selection.get(kind, [])) - known)
-                if unknown:
-                    raise ConfigError(f"invalid config: '{where}.{kind}': {unknown[0]!r} is not "
-                                      f"configured (expected one of {sorted(known)})")
-            for key, values in selection.get("sweep", {}).items():
-                for value in values:
-                    _check_sweep_value(scoped, key, value, f"{where}.sweep")
-                columns |= {key, sweep_column(key)}
-            for key, values in selection.get("paired", {}).items():
-                strengths = selection.get("strengths", [])
-                if len(values) != len(strengths) or key in selection.get("sweep", {}):
-                    raise ConfigError(f"invalid config: '{where}.paired.{key}': {len(values)} "
-                                      f"value(s) for {len(strengths)} strength(s); expected one "
-                                      f"per entry of the selection's 'strengths', and the path "
-                                      f"not also under 'sweep'")
-                for value in values:
-                    _check_sweep_value(scoped, key, value, f"{where}.paired")
-                columns |= {key, sweep_column(key)}
-        layout = [*target.get("table", {}).get("rows", []),
-                  *target.get("table", {}).get("columns", []),
-                  *(figure.get(k) for _, figure in figure_specs(target)
-                    for k in ("x", "hue", "panels")),
-                  *(k for _, figure in figure_specs(target) for k in figure.get("where", {})),
-                  *target.get("where", {})]
-        unknown = sorted({k for k in layout if k is not None} - columns)
-        if unknown:
-            raise ConfigError(f"invalid config: 'targets.{name}': {unknown[0]!r} is not a column "
-                              f"of its results (expected one of {sorted(columns)})")
-        for suffix, figure in figure_specs(target):
-            if isinstance(figure.get("y"), list) and "hue" in figure:
-                panel = f" ({suffix})" if suffix else ""
-                raise ConfigError(f"invalid config: 'targets.{name}.figure'{panel}: several y "
-                                  f"metrics ({figure['y']}) draw one curve each; expected no "
-                                  f"hue ({figure['hue']!r}) beside them")
-    for i, departure in enumerate(config["departures"]):
-        if "key" in departure:
-            try:
-                get_path(config, departure["key"])
-            except KeyError:
-                raise ConfigError(f"invalid config: 'departures[{i}].key': "
-                                  f"{departure['key']!r} is not a path of the configuration "
-                                  f"(expected e.g. 'gan.kind')") from None
-    for name, reference in config["reference"].items():
-        if name not in config["targets"]:
-            raise ConfigError(f"invalid config: 'reference.{name}': not a target (expected one "
-                              f"of {sorted(config['targets'])})")
-        width = len(reference["columns"])
-        table = config["targets"][name].get("table", {})
-        keys = [c for c in reference["columns"]
-                if c in (*table.get("rows", []), *table.get("columns", []))]
-        for i, row in enumerate(reference["rows"]):
-            if len(row) != width:
-                raise ConfigError(f"invalid config: 'reference.{name}.rows[{i}]' has {len(row)} "
-                                  f"values, expected {width} (one per column)")
-            for column, cell in zip(reference["columns"], row):
-                where = (cell.get("to") or cell.get("from") or {}) if isinstance(cell, Mapping) \
-                    else {}
-                unknown = sorted(set(where) - set(keys))
-                if unknown or (where and column in keys):
-                    raise ConfigError(
-                        f"invalid config: 'reference.{name}.rows[{i}]': {column!r}'s baseline "
-                        f"{where} names {unknown[0] if unknown else column!r}; expected a "
-                        f"metric's cell whose baseline changes some of the row keys {keys}")
 
 
 def _validate_combinations(config: dict) -> None:
@@ -392,34 +210,10 @@ def _validate_classes(config: dict) -> None:
         name, params = entry.get("attack", label), {k: v for k, v in entry.items()
                                                      if k != "attack"}
         attacks.base.registered(name).check_config(params, config, f"attacks.{label}")
-        _check_prior_dataset(config, params, f"attacks.{label}")
+        sweep_rules.check_prior_dataset(config, params, f"attacks.{label}")
         if "wraps_params" in params:
-            _check_prior_dataset(config, params["wraps_params"],
+            sweep_rules.check_prior_dataset(config, params["wraps_params"],
                                  f"attacks.{label}.wraps_params")
     for label, entry in config["defenses"].items():
         defenses.registered(entry.get("defense", label)).check_config(
             entry["params"], config, f"defenses.{label}.params")
-
-
-def _check_prior_dataset(config: dict, params: Mapping[str, Any], where: str) -> None:
-    """ConfigError unless an attack's ``prior_dataset`` (the dataset of its prior, e.g. GIAS
-    Fig. 6's wrong prior) fits ``gan:``: a pretrained prior of that dataset, or a DCGAN
-    trained here on a dataset with the split 'gan.split', at a DCGAN's resolution."""
-    dataset = params.get("prior_dataset")
-    if dataset is None or dataset in priors.pretrained_datasets(config):
-        return
-    size = config["gan"]["resolution"]
-    if size not in (32, 64):
-        raise ConfigError(f"invalid config: '{where}.prior_dataset': the prior of {dataset!r} "
-                          f"is a DCGAN trained here (no pretrained prior of it in gan: or "
-                          f"gan.by_dataset), which 'gan.resolution' {size} does not fit; "
-                          f"expected 32 or 64, or a pretrained prior of {dataset!r}",
-                          key=f"{where}.prior_dataset")
-    split = config["gan"]["split"]
-    fractions = config["datasets"].get(dataset, {}).get("splits") or {"all": 1}
-    if params.get("prior", "trained") == "trained" and split not in fractions:
-        raise ConfigError(f"invalid config: '{where}.prior_dataset': the prior of {dataset!r} "
-                          f"trains on 'gan.split' {split!r}, which is not a split of "
-                          f"'datasets.{dataset}.splits' {sorted(fractions)}; expected a "
-                          f"dataset with that split, or a 'gan.split' every prior dataset has",
-                          key=f"{where}.prior_dataset")
