@@ -53,11 +53,29 @@ def test_gpu_rules_ask_for_a_gpu_and_cpu_rules_do_not(monkeypatch):
 
 
 def gpu_rules(config: dict, case: str = "digits-lenet-iid-k4") -> set[str]:
-    rules = ("prepare_data", "train_evalnet", "train_gan", "train_giml", "fl_run", "attack",
-             "train_zoo", "fit_adversaries", "attribute", "target", "aggregate")
-    return {rule for rule in rules
-            if per_job(resources(rule, config), case=case, setting="none-0",
-                       seed="0").get("gpu")}
+    """The phases (every one the registry holds) whose first planned job, of ``case`` where
+    it has one, asks for a GPU."""
+    walked = pipeline.walk(config, REPO / "results")
+    asking = set()
+    for phase in phases.every():
+        jobs = [job for job in walked[phase.name] if job.get("case", case) == case]
+        wildcards = {k: getattr(v, "text", v) for k, v in (jobs or [{}])[0].items()}
+        if jobs and per_job(resources(phase.name, config), **wildcards).get("gpu"):
+            asking.add(phase.name)
+    return asking
+
+
+def test_every_phase_is_placed_by_the_configurations_these_tests_read():
+    """Each phase of the registry has jobs in the configurations whose placement is checked
+    here (the embedded test one, with LTI's inverter, and Refiner's studies and targets)."""
+    with_lti = configuration.validate({**TEST, "attacks": {**TEST["attacks"], "lti": {}}})
+    planned = {name for config in (TEST, with_lti, REFINER)
+               for name, jobs in pipeline.walk(config, REPO / "results").items() if jobs}
+    assert planned == {phase.name for phase in phases.every()}
+    assert "train_inverter" not in gpu_rules(with_lti)  # by its model: a LeNet's on CPUs
+    assert "train_inverter" in gpu_rules(on(with_lti, "cuda"))
+    case = pipeline.walk(REFINER, REPO / "results")["attack"][0]["case"]
+    assert not gpu_rules(REFINER, case) & {"prepare_data", "target", "aggregate"}
 
 
 def test_auto_asks_a_gpu_where_it_pays_cuda_everywhere_it_runs_cpu_nowhere():

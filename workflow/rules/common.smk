@@ -138,8 +138,8 @@ def rule_outputs(phase):
 def rule_params(phase):
     """What a job reads from the configuration: a change re-runs it."""
     if not phase.wildcards:
-        return phase.params(config, {})
-    return lambda wildcards: phase.params(config, identity(phase, wildcards))
+        return phase.params(config, RESULTS, {})
+    return lambda wildcards: phase.params(config, RESULTS, identity(phase, wildcards))
 
 
 def rule_priority(phase):

@@ -103,11 +103,11 @@ def minutes(phase: Phase, config: Mapping, results: Path, identity: Identity) ->
     return STARTUP_MINUTES + math.ceil(2 * seconds / 60)
 
 
-def gpu_job(phase: Phase, config: Mapping, identity: Identity) -> bool:
+def gpu_job(phase: Phase, config: Mapping, results: Path, identity: Identity) -> bool:
     """Whether one job asks for a GPU under the configuration's ``device``."""
     if config["device"] == "cpu":
         return False
-    wants = phase.gpu(config, identity)
+    wants = phase.gpu(config, results, identity)
     return wants is not None and (config["device"] == "cuda" or wants)
 
 
@@ -155,7 +155,8 @@ def resources(phase: Phase, config: Mapping, results: Path | str = "results") ->
     else:
         @functools.cache
         def placed(values: tuple) -> dict:
-            return _placed(phase, gpu_job(phase, config, job(values)), count, gpu_partition)
+            return _placed(phase, gpu_job(phase, config, Path(results), job(values)), count,
+                           gpu_partition)
         out.update({key: (lambda wildcards, key=key: placed(identity(wildcards))[key])
                     for key in _placed(phase, False, count, gpu_partition)})
     if os.environ.get("GRADLEAK_SLURM_ACCOUNT"):

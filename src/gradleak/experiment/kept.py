@@ -18,7 +18,7 @@ from gradleak.experiment.resume import Resume
 def folder(phase, config: dict, results: Path, identity: dict) -> Path:
     """Where one job keeps its finished pieces: a folder of its own, named by the
     configuration values it reads and the code it runs."""
-    digest = hashlib.sha256(json.dumps(phase.params(config, identity), sort_keys=True,
+    digest = hashlib.sha256(json.dumps(phase.params(config, results, identity), sort_keys=True,
                                        default=str).encode())
     digest.update(code.job_digest(phase, config, results, identity).encode())
     parts = [part.format(**identity) for part in phase.path_parts()]

@@ -81,17 +81,17 @@ def _no_work(*_args) -> dict[str, int]:
     return {}
 
 
-def never(_config: dict, _identity: Identity) -> None:
+def never(_config: dict, _results: Path, _identity: Identity) -> None:
     """Never on the configured device (no model runs): no GPU under any ``device``."""
     return None
 
 
-def always(_config: dict, _identity: Identity) -> bool:
+def always(_config: dict, _results: Path, _identity: Identity) -> bool:
     """On the configured device, asking for a GPU under ``device: auto`` too."""
     return True
 
 
-def by_model(config: dict, identity: Identity) -> bool:
+def by_model(config: dict, _results: Path, identity: Identity) -> bool:
     """On the configured device; under ``auto`` a GPU unless the case's model is one a CPU
     core runs about as fast (``CPU_MODELS``)."""
     return find_case(config, identity["case"])["model"] not in CPU_MODELS
@@ -99,7 +99,9 @@ def by_model(config: dict, identity: Identity) -> bool:
 
 @dataclass(frozen=True)
 class Phase:
-    """One pipeline phase (one Snakemake rule, one ``gradleak`` command).
+    """One pipeline phase (one Snakemake rule, one ``gradleak`` command). Every hook of one
+    job takes ``(config, results, identity)``; of the whole phase, ``(config, results,
+    jobs)`` (``outputs``) or the configuration alone (``planned``).
 
     - ``wildcards``: a job's identity; ``run(config, results, **identity)`` is its job.
     - ``outputs(config, results, jobs)``: name -> :class:`Output` (or a list), ``{wildcard}``
@@ -115,8 +117,9 @@ class Phase:
       ``tests/test_phases.py`` checks it against every configuration's plan).
     - ``folders``: the folders (a name with a suffix: the file) under results/ it writes
       (DVC's outputs).
-    - ``params(config, identity)``: the configuration values it reads (a change re-runs it).
-    - ``gpu(config, identity)``: None when it never runs on the configured device, else
+    - ``params(config, results, identity)``: the configuration values it reads (a change
+      re-runs it).
+    - ``gpu(config, results, identity)``: None when it never runs on the configured device, else
       whether it asks for a GPU under ``device: auto`` (``cuda``: every job on the device).
     - ``memory_mb``: the memory a CPU job asks for (a GPU job: ``cluster.GPU_MEMORY_MB``).
     - ``work(config, results, identity)``: units of work (``experiment.cost``) that
@@ -144,8 +147,8 @@ class Phase:
     inputs: Callable[[dict, Path, Identity], list[Path]] = _nothing
     artifacts: Callable[[dict, Path, Identity], list[str]] = _nothing
     gathers: tuple[str, ...] = ()
-    params: Callable[[dict, Identity], Any] = lambda config, identity: {}
-    gpu: Callable[[dict, Identity], bool | None] = never
+    params: Callable[[dict, Path, Identity], Any] = lambda config, results, identity: {}
+    gpu: Callable[[dict, Path, Identity], bool | None] = never
     memory_mb: int = 4000
     timed: bool = False
     work: Callable[[dict, Path, Identity], dict[str, int]] = _no_work

@@ -165,8 +165,8 @@ PHASE = Phase(
     outputs=_outputs,
     run=aggregate,
     gathers=GATHERS,
-    params=lambda config, job: {k: config[k] for k in ("title", "attack", "paper", "claims",
-                                                        "regime", "left_out", "scale")},
+    params=lambda config, results, job: {k: config[k] for k in (
+        "title", "attack", "paper", "claims", "regime", "left_out", "scale")},
     work=lambda config, results, job: {
         "figure": len(figures(config, pipeline.walk(config, results)))},
     startup="startup:figures",

@@ -282,7 +282,7 @@ def _kept(resume: Resume | None, run: str) -> attacks.engine.Kept | None:
 # -- the declaration ------------------------------------------------------------------------
 
 
-def _params(config: dict, job: dict) -> dict:
+def _params(config: dict, results: Path, job: dict) -> dict:
     """What an attack job reads from the configuration."""
     resolved = plan.resolve(config, job["setting"])
     labels = plan.jobs(config).get((job["case"], job["setting"]), ())
@@ -308,7 +308,7 @@ def _work(config: dict, results: Path, job: dict) -> dict[str, int]:
             for optimizer, iterations in attack_work(resolved, labels, deterministic).items()}
 
 
-def _gpu(config: dict, job: dict) -> bool:
+def _gpu(config: dict, results: Path, job: dict) -> bool:
     """A GPU under ``device: auto`` unless every attack of the job runs L-BFGS (DLG, iDLG,
     EPAFL's) on a model in ``CPU_MODELS``: an L-BFGS iteration of a batch-1 LeNet took
     1.6-2.8x longer on an H200 than on one of its CPU cores (up to 20 evaluations of a tiny

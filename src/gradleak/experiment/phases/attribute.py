@@ -176,7 +176,7 @@ def _inputs(config: dict, results: Path, job: dict) -> list[Path]:
               for r in rounds)]
 
 
-def _params(config: dict, job: dict) -> dict:
+def _params(config: dict, results: Path, job: dict) -> dict:
     """What an attribute job reads from the configuration."""
     resolved = plan.resolve(config, job["setting"])
     return {"attribute": resolved["attribute"], "fl": resolved["fl"],

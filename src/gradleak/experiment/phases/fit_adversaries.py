@@ -50,7 +50,7 @@ def fit_adversaries(config: dict, results: Path, case: str, setting: Setting, se
           f"{len(train_x)} clean gradients x {names}", file=sys.stderr)
 
 
-def _params(config: dict, job: dict) -> dict:
+def _params(config: dict, results: Path, job: dict) -> dict:
     """What fitting the adversaries reads from the configuration."""
     resolved = plan.resolve(config, job["setting"])
     return {"attribute": clean_attribute_spec(resolved["attribute"]),

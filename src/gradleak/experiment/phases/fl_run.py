@@ -105,7 +105,7 @@ def _outputs(config: dict, results: Path, jobs=None) -> dict:
                             for r in plan.checkpoint_rounds(config)]}
 
 
-def _params(config: dict, job: dict) -> dict:
+def _params(config: dict, results: Path, job: dict) -> dict:
     """What an FL run reads from the configuration."""
     resolved = plan.resolve(config, job["setting"])
     return {"fl": resolved["fl"], "case": plan.find_case(config, job["case"]),

@@ -86,7 +86,7 @@ PHASE = Phase(
     outputs=lambda config, results, jobs=None: {
         "manifest": Output(paths.data_manifest(results, "{dataset}"))},
     run=prepare_data,
-    params=lambda config, job: config["datasets"][job["dataset"]],
+    params=lambda config, results, job: config["datasets"][job["dataset"]],
     memory_mb=2000,
     kinds=KINDS,
 )

@@ -41,7 +41,7 @@ def run(config: dict, results: Path, name: str) -> None:
     print(f"{name}: {len(result.rows)} rows, {out}", file=sys.stderr)
 
 
-def _gpu(config: dict, job: dict) -> bool | None:
+def _gpu(config: dict, results: Path, job: dict) -> bool | None:
     """By the study's kind (``registry.register(device=...)``): ``times`` (its seconds are
     the device's, as the papers time defenses on GPUs) asks for one, ``runs`` (a few images
     through a network) only under ``device: cuda``, None never runs on the device."""
@@ -60,6 +60,6 @@ PHASE = Phase(
     run=run,
     planned=lambda config: [{"name": name} for name in plan.studies(config)],
     inputs=lambda config, results, job: inputs(config, results, job["name"]),
-    params=lambda config, job: plan.target_spec(config, job["name"]),
+    params=lambda config, results, job: plan.target_spec(config, job["name"]),
     gpu=_gpu,
 )

@@ -62,7 +62,7 @@ PHASE = Phase(
     run=write_target,
     planned=lambda config: [{"name": name} for name in plan.targets(config)],
     inputs=lambda config, results, job: target_files(config, results, job["name"]),
-    params=lambda config, job: plan.target_spec(config, job["name"]),
+    params=lambda config, results, job: plan.target_spec(config, job["name"]),
     work=lambda config, results, job: {
         "figure": len(cfg.figure_specs(config["targets"][job["name"]]))},
     startup="startup:figures",

@@ -82,7 +82,7 @@ PHASE = Phase(
     inputs=lambda config, results, job: [
         paths.data_manifest(results, config["evalnet"]["dataset"]),
         paths.data_manifest(results, job["dataset"])],
-    params=lambda config, job: config["evalnet"],
+    params=lambda config, results, job: config["evalnet"],
     gpu=always,
     work=_work,
     units={"evalnet_step": _time_step},

@@ -108,7 +108,7 @@ PHASE = Phase(
     inputs=lambda config, results, job: [
         paths.data_manifest(results, plan.find_case(config, job["case"])["dataset"]),
         _undefended(config, results, job["case"]).checkpoint],
-    params=lambda config, job: config["giml"],
+    params=lambda config, results, job: config["giml"],
     gpu=always,
     work=_work,
     startup="startup:gradients",

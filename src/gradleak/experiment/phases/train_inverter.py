@@ -118,7 +118,7 @@ PHASE = Phase(
         Job.of(config, results, job).checkpoint],
     artifacts=lambda config, results, job: sorted(
         set(artifacts.defense_needs(Job.of(config, results, job)).values())),
-    params=lambda config, job: {
+    params=lambda config, results, job: {
         "inverter": config["inverter"],
         "defense": plan.defense_of(plan.resolve(config, job["setting"]), job["setting"]),
         "round": plan.resolve(config, job["setting"])["attack"]["protocol"]["round"]},

@@ -125,7 +125,7 @@ PHASE = Phase(
     inputs=lambda config, results, job: [
         paths.data_manifest(results, plan.find_case(config, job["case"])["dataset"]),
         paths.checkpoint(results, job["case"], plan.NONE, job["seed"], job["round"])],
-    params=lambda config, job: {"attribute": clean_attribute_spec(config["attribute"]),
+    params=lambda config, results, job: {"attribute": clean_attribute_spec(config["attribute"]),
                                 "attributes": zoo_attributes(config, job["case"])},
     gpu=always,
     work=_work,
