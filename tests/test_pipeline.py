@@ -142,7 +142,7 @@ def test_an_edit_re_plans_only_the_jobs_that_run_the_edited_code(local_run):
     attack = after("attacks/dlg.py")
     assert "fl_run" not in attack and attack["attack"] == 5 and attack["aggregate"] == 1
     assert after("experiment/estimate.py") == Counter()
-    assert after("schemas/config.schema.yaml", "fewer victims for costly attacks",
+    assert after("schemas/attack.schema.yaml", "fewer victims for costly attacks",
                  "fewer victims for the costly attacks") == Counter()
     assert planned(local_run, env) == Counter()
 

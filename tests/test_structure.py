@@ -233,9 +233,15 @@ def test_workflow_rules_each_have_a_log():
         assert len(rules) == len(logs), f"{path.name}: {rules} with {len(logs)} log directives"
 
 
-def test_workflow_schema_is_the_packaged_schema():
-    linked = REPO / "workflow" / "schemas" / "config.schema.yaml"
-    assert linked.resolve() == (PACKAGE / "schemas" / "config.schema.yaml").resolve()
+def test_workflow_schema_is_the_packaged_schema_read_as_one_document():
+    """workflow/schemas is the package's folder of schema files; every section file the
+    root refers to is there, and each is referred to."""
+    assert (REPO / "workflow" / "schemas").resolve() == (PACKAGE / "schemas").resolve()
+    root = (PACKAGE / "schemas" / "config.schema.yaml").read_text()
+    referred = set(re.findall(r'\$ref: "([a-z_]+\.schema\.yaml)#/', root))
+    assert referred == {p.name for p in (PACKAGE / "schemas").glob("*.schema.yaml")} - {
+        "config.schema.yaml"}
+    assert not re.search(r"'\$ref': '[^#]", str(config.schema()))  # all inlined
 
 
 @pytest.mark.slow

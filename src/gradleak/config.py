@@ -1,8 +1,9 @@
 """The configuration's schema engine: load a YAML or JSON file, check it against the JSON
 schema, fill defaults.
 
-The schema (``schemas/config.schema.yaml``; ``workflow/schemas/`` links to it) is the
-one source of defaults: the pipeline configuration and ``attacks.build`` /
+The schema (``schemas/config.schema.yaml`` and the files of its big sections, which it
+refers to and :func:`schema` reads in their places; ``workflow/schemas/`` links to the
+folder) is the one source of defaults: the pipeline configuration and ``attacks.build`` /
 ``defenses.build`` fill theirs from it. It has ``additionalProperties: false``
 everywhere, so a misspelt key, a wrong type, an unknown defense or attack, or a
 negative strength fails with one line naming the key before any work starts. This module
@@ -72,14 +73,33 @@ def _dereference(rules: dict) -> dict:
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+def _schema_file(name: str) -> dict:
+    return yaml.load(resources.files("gradleak").joinpath(f"schemas/{name}").read_text(),
+                     Loader=SAFE_LOADER)
+
+
+def _inlined(node: Any) -> Any:
+    """``node`` with each reference to a section's file (``{$ref: "<file>#/<key>"}``) replaced
+    by what it refers to, so the schema is read as one document; ``#/...`` references
+    within it stay for the validator."""
+    if isinstance(node, dict):
+        ref = node.get("$ref", "#")
+        if len(node) == 1 and not ref.startswith("#"):
+            name, _, key = ref.partition("#/")
+            return _inlined(_schema_file(name)[key])
+        return {k: _inlined(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_inlined(v) for v in node]
+    return node
+
+
 @lru_cache(maxsize=1)
 def schema() -> dict:
     """The configuration schema shipped inside the package, with the parameters of the
     attacks and defenses that installed plugins register (``gradleak.plugins``)."""
     from gradleak import plugins
 
-    rules = yaml.load(resources.files("gradleak").joinpath("schemas/config.schema.yaml")
-                      .read_text(), Loader=SAFE_LOADER)
+    rules = _inlined(_schema_file("config.schema.yaml"))
     for kind in plugins.GROUPS:
         rules["definitions"][kind].update(plugins.definitions(kind, rules["definitions"][kind]))
     return rules

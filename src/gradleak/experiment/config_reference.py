@@ -10,7 +10,7 @@ from gradleak import config as cfg
 HEADER = """# Configuration reference
 
 Every key a configuration can hold, made from the schema
-(`src/gradleak/schemas/config.schema.yaml`) by `gradleak config-reference > docs/config.md`;
+(`src/gradleak/schemas/`) by `gradleak config-reference > docs/config.md`;
 do not edit it by hand. A default is what a key takes when the configuration leaves it out;
 `<label>` stands for a name the configuration chooses. What the keys are for, with
 examples: [Configuration](configuration.md).
