@@ -1,5 +1,7 @@
 """Configuration validation: defaults from the schema, one clear line per bad value."""
 
+import re
+
 import pytest
 from conftest import REPO
 
@@ -79,3 +81,38 @@ def test_a_yaml_syntax_error_names_the_file(tmp_path):
     path.write_text("fl: {rounds: 3\n")
     with pytest.raises(cfg.ConfigError, match="broken.yaml is not valid YAML"):
         configuration.load(path)
+
+
+def test_the_papers_numbers_in_a_csv_beside_the_config_read_as_if_written_inline(tmp_path):
+    """``reference.<target>.file``: the header is the columns, each line a row; numbers,
+    empty cells (null) and mappings in YAML flow style (a bound, a reduction from a
+    baseline) read as the inline form reads them; an unreadable file is one line."""
+    (tmp_path / "paper").mkdir()
+    (tmp_path / "paper" / "tab1.csv").write_text(
+        "strength, defense, accuracy\n0.01,dp_gaussian,0.5133\n0,none,\n"
+        '1.0e-3,pruning,"{reduction: 0.06, from: {defense: none, strength: 0}}"\n'
+        "0.1,pruning,{'>': 0.6}\n")
+    (tmp_path / "paper.yaml").write_text(
+        "reference:\n  tab1: {source: 'Table 1', file: paper/tab1.csv}\n")
+    assert cfg.read(tmp_path / "paper.yaml")["reference"]["tab1"] == {
+        "source": "Table 1", "columns": ["strength", "defense", "accuracy"],
+        "rows": [[0.01, "dp_gaussian", 0.5133], [0, "none", None],
+                 [0.001, "pruning", {"reduction": 0.06, "from": {"defense": "none",
+                                                                "strength": 0}}],
+                 [0.1, "pruning", {">": 0.6}]]}
+    (tmp_path / "paper.yaml").write_text("reference:\n  tab1: {source: x, file: gone.csv}\n")
+    with pytest.raises(cfg.ConfigError, match=r"^invalid config: 'reference.tab1.file': "
+                       r".*gone\.csv cannot be read as the paper's numbers \(No such file"):
+        cfg.read(tmp_path / "paper.yaml")
+
+
+@pytest.mark.parametrize("paper", sorted(p.stem for p in (REPO / "config" / "paper").glob(
+    "*.yaml")))
+def test_every_papers_numbers_are_csv_files_beside_its_config(paper):
+    """Each paper config keeps its printed numbers in config/paper/<paper>/<target>.csv,
+    one per ``reference`` entry, and no file there is left unread."""
+    text = (REPO / "config" / "paper" / f"{paper}.yaml").read_text()
+    named = set(re.findall(rf"^    file: ({paper}/[a-z0-9_]+\.csv)$", text, flags=re.M))
+    kept = {f"{paper}/{p.name}" for p in (REPO / "config" / "paper" / paper).glob("*.csv")}
+    entries = cfg.read(REPO / "config" / "paper" / f"{paper}.yaml")["reference"]
+    assert named == kept and len(named) == len(entries) > 0

@@ -15,6 +15,7 @@ its class's ``check_config``.
 from __future__ import annotations
 
 import copy
+import csv
 import json
 import math
 import numbers
@@ -353,7 +354,43 @@ def read(path: str | Path) -> dict:
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"invalid config: {path} must hold a mapping of keys, "
                           f"got {type(data).__name__}")
-    return data or {}
+    return _with_tables(data or {}, path.parent)
+
+
+def _table_cell(text: str) -> Any:
+    """A CSV cell of the papers' numbers: empty is null; a number, true, false or null as
+    JSON reads it; a mapping (a bound, a ratio to a baseline) as YAML; else the text."""
+    if text == "":
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return yaml.load(text, Loader=SAFE_LOADER) if text.startswith("{") else text
+
+
+def _with_tables(data: dict, folder: Path) -> dict:
+    """``data`` with each ``reference.<target>.file`` (a CSV beside the configuration: a
+    header of column names, then one line per row) read in place of ``columns`` and
+    ``rows``; ConfigError naming the key and the file where it cannot be read."""
+    reference = data.get("reference")
+    if not isinstance(reference, dict):
+        return data
+    for name, entry in reference.items():
+        if not isinstance(entry, dict) or "file" not in entry:
+            continue
+        where, table = f"reference.{name}.file", folder / str(entry["file"])
+        try:
+            with open(table, newline="", encoding="utf-8") as handle:
+                columns, *rows = list(csv.reader(handle))
+            rows = [[_table_cell(cell.strip()) for cell in row] for row in rows if row]
+        except (OSError, ValueError, yaml.YAMLError) as err:
+            reason = err.strerror if isinstance(err, OSError) else " ".join(str(err).split())
+            raise ConfigError(f"invalid config: '{where}': {table} cannot be read as the "
+                              f"paper's numbers ({reason}); expected a CSV with a header of "
+                              f"column names, then one line per row", key=where) from None
+        entry.pop("file")
+        entry.update(columns=[c.strip() for c in columns], rows=rows)
+    return data
 
 
 def get_path(config: Mapping, dotted: str) -> Any:

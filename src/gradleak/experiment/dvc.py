@@ -21,6 +21,7 @@ def _stage(group: list[Phase], root: Path) -> list[str]:
     targets = " ".join(f"all_{n}" for n in names)
     deps = ["Snakefile", "workflow/rules", "${config}",
             *(["matplotlibrc"] if any(p.startup == "startup:figures" for p in group) else []),
+            *(["config"] if any(p.tables for p in group) else []),  # the papers' numbers
             *code.files(sorted(modules), root),
             *sorted({f"results/{f}" for n in dict.fromkeys(read)
                      for f in phases.load(n).folders})]

@@ -130,6 +130,8 @@ class Phase:
     - ``units``: the kinds of unit of work it introduces, each with the timer that
       ``gradleak estimate`` calibrates it by (a unit no phase declares is an error there,
       and one with no assumed rate in a ``timed`` phase an error on the cluster).
+    - ``tables``: its jobs read the papers' numbers, which a configuration may keep in CSV
+      files beside it (``reference.<target>.file``); DVC's stage depends on ``config/``.
     - ``resumable``: ``run`` takes ``resume`` (``experiment.resume.Resume``), where a job
       keeps its finished pieces, so that a killed job's rerun continues from them.
     - ``priority(config, results, identity)``: Snakemake starts ready jobs of a higher one
@@ -155,6 +157,7 @@ class Phase:
     startup: str = "startup"
     priority: Callable[[dict, Path, Identity], int] = lambda config, results, identity: 0
     kinds: Mapping[str, Kind] = field(default_factory=dict)
+    tables: bool = False
     resumable: bool = False
     # the units of work it introduces (``experiment.cost``), each with its timer:
     # (the unit's parts after its kind and before its batch, the batch, a torch device, a

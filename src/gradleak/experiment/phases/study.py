@@ -61,5 +61,6 @@ PHASE = Phase(
     planned=lambda config: [{"name": name} for name in plan.studies(config)],
     inputs=lambda config, results, job: inputs(config, results, job["name"]),
     params=lambda config, results, job: plan.target_spec(config, job["name"]),
+    tables=True,
     gpu=_gpu,
 )

@@ -63,6 +63,7 @@ PHASE = Phase(
     planned=lambda config: [{"name": name} for name in plan.targets(config)],
     inputs=lambda config, results, job: target_files(config, results, job["name"]),
     params=lambda config, results, job: plan.target_spec(config, job["name"]),
+    tables=True,
     work=lambda config, results, job: {
         "figure": len(cfg.figure_specs(config["targets"][job["name"]]))},
     startup="startup:figures",
