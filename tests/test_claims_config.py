@@ -99,6 +99,19 @@ def test_a_bad_claim_is_refused_naming_it(change, message):
         configuration.validate({**epafl, "regime": {**epafl["regime"], "reconstructs": [entry]}})
 
 
+def test_a_claim_requires_the_regime_of_its_own_case():
+    """GIAS's wrong-prior claim requires its case's regime (GI-x and GIML's GI-z on FFHQ):
+    that entry of ImageNet instead is refused, naming both datasets."""
+    gias = _raw("gias")
+    moved = [{**c, "requires": {"reconstructs": ["gix-undefended"]}}
+             if c["id"] == "wrong-z-fails" else c for c in gias["claims"]]
+    with pytest.raises(cfg.ConfigError, match=re.escape(
+            "(wrong-z-fails): 'requires.reconstructs' names 'gix-undefended', the regime on "
+            "['imagenet'], but the claim's rows are on ['ffhq']; expected an entry of their "
+            "datasets")):
+        configuration.validate({**gias, "claims": moved})
+
+
 def test_the_reduced_scale_plans_the_rows_the_claims_read():
     full = configuration.validate(_raw("epafl"))
     reduced = configuration.validate({**_raw("epafl"), "scale": "reduced"})

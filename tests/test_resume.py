@@ -136,7 +136,10 @@ def same_weights(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_dcgan_training_resumes_after_its_last_kept_epoch(digits, tmp_path):
+@pytest.mark.parametrize("damaged", [False, True], ids=["kept", "damaged"])
+def test_dcgan_training_resumes_after_its_last_kept_epoch(digits, tmp_path, damaged):
+    """Killed after one kept epoch, the rerun continues from it; its kept state damaged,
+    the rerun discards it and trains again from the start: the same weights either way."""
     images = digits.x[:48]
     train = dict(epochs=3, batch_size=16, lr=2e-4, latent_dim=8, width=8, seed=0,
                  progress=False)
@@ -144,13 +147,16 @@ def test_dcgan_training_resumes_after_its_last_kept_epoch(digits, tmp_path):
     resume = Resume(tmp_path / "gan")
     with pytest.raises(Killed):
         train_dcgan(images, **train, keep=interrupted_at(2, resume))
+    if damaged:
+        damage(resume.folder / "state.pt")
     kept = resume.latest("state")
     again, resumed_log = train_dcgan(images, **train, resume_from=kept)
-    assert kept["epoch"] == 1 and resumed_log == log
+    assert (kept is None if damaged else kept["epoch"] == 1) and resumed_log == log
     assert same_weights(whole.state_dict(), again.state_dict())
 
 
-def test_giml_resumes_after_its_last_kept_outer_step(digits, tmp_path):
+@pytest.mark.parametrize("damaged", [False, True], ids=["kept", "damaged"])
+def test_giml_resumes_after_its_last_kept_outer_step(digits, tmp_path, damaged):
     tasks = []
     for i in range(3):
         torch.manual_seed(i)
@@ -167,13 +173,18 @@ def test_giml_resumes_after_its_last_kept_outer_step(digits, tmp_path):
     resume = Resume(tmp_path / "giml")
     with pytest.raises(Killed):
         meta_learn_generator(tasks, generator, **learn, keep=interrupted_at(3, resume))
+    if damaged:
+        damage(resume.folder / "state.pt")
     kept = resume.latest("state")
     again, resumed_log = meta_learn_generator(tasks, generator, **learn, resume_from=kept)
-    assert kept["step"] == 2 and resumed_log == log
+    assert (kept is None if damaged else kept["step"] == 2) and resumed_log == log
     assert same_weights(whole.state_dict(), again.state_dict())
 
 
-def test_a_model_zoo_trains_only_the_models_it_did_not_keep(tmp_path):
+@pytest.mark.parametrize("damaged", [False, True], ids=["kept", "damaged"])
+def test_a_model_zoo_trains_only_the_models_it_did_not_keep(tmp_path, damaged):
+    """A killed zoo's rerun trains the models it did not keep, and one whose kept file is
+    damaged again: the same models as a zoo trained whole."""
     rng = torch.Generator().manual_seed(0)
     features, labels = torch.randn(40, 12, generator=rng), {"a": torch.arange(40) % 2}
     train = dict(size=3, epochs=2, lr=0.01, seed=0, widths=(8, 16))
@@ -188,8 +199,10 @@ def test_a_model_zoo_trains_only_the_models_it_did_not_keep(tmp_path):
         train_zoo(features, labels, {"a": 2}, **train,
                   kept=lambda name, run: kept(name, run, stop="a.2"))
     trained.clear()
+    if damaged:
+        damage(resume.folder / "a.0.pt")
     again = train_zoo(features, labels, {"a": 2}, **train, kept=kept)
-    assert trained == ["a.2"]
+    assert trained == (["a.0", "a.2"] if damaged else ["a.2"])
     assert all(same_weights(m.state_dict(), n.state_dict())
                for m, n in zip(whole.models["a"], again.models["a"]))
 

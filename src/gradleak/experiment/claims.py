@@ -128,11 +128,30 @@ def validate(config: dict) -> None:
                 if name not in ids:
                     raise ConfigError(f"{where}: 'requires.{part}' names {name!r}; expected "
                                       f"one of regime.{part}'s ids {ids}")
+        _check_required_attacks(full, claim, where)
     claims = {c["id"] for c in config["claims"]}
     for name in config["left_out"]:
         if name not in claims:
             raise ConfigError(f"invalid config: 'left_out.{name}': not a claim's id (expected "
                               f"one of {sorted(claims)})")
+
+
+def _check_required_attacks(full: dict, claim: Mapping, where: str) -> None:
+    """The ``requires.reconstructs`` entries of a claim are the regime of its case: each
+    covers a dataset of the claim's rows (an entry without ``datasets``: every one). Not
+    only its own attacks' entries: a claim that an attack fails (GIAS Fig. 6, the wrong
+    prior) requires that the case's other attacks reconstruct, not the failing one."""
+    names = claim.get("requires", {}).get("reconstructs", [])
+    if not names or "study" in full["targets"].get(claim["target"], {}):
+        return
+    points = read_points(full, claim, plan.target_points(full, claim["target"]), _sides(claim))
+    datasets = {str(plan.point_keys(full, p).get("dataset")) for p in points}
+    for entry in full["regime"]["reconstructs"]:
+        covered = entry.get("datasets")
+        if entry["id"] in names and points and covered and not set(covered) & datasets:
+            raise ConfigError(f"{where}: 'requires.reconstructs' names {entry['id']!r}, the "
+                              f"regime on {covered}, but the claim's rows are on "
+                              f"{sorted(datasets)}; expected an entry of their datasets")
 
 
 def _budget(label: str, params: Mapping) -> int:
