@@ -23,7 +23,8 @@ from gradleak.needs import ARTIFACTS
 PACKAGE = REPO / "src" / "gradleak"
 # docs/architecture.md: each layer may import its own layer (without cycles) and those below.
 LAYERS = {
-    "types": 0, "settings": 0, "needs": 0, "config": 0, "plugins": 0, "utils": 0, "data": 0,
+    "types": 0, "settings": 0, "needs": 0, "config": 0, "schema_files": 0, "plugins": 0,
+    "utils": 0, "data": 0,
     "models": 0, "metrics": 0,
     "fl": 1, "defenses": 1, "attacks": 1, "adversaries": 1, "report": 1,
     "experiment": 2,

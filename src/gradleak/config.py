@@ -22,12 +22,13 @@ import numbers
 import re
 from collections.abc import Mapping
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 from jsonschema import Draft202012Validator, validators
+
+from gradleak.schema_files import SAFE_LOADER, inlined, schema_file
 
 
 class ConfigError(ValueError):
@@ -69,29 +70,6 @@ def _dereference(rules: dict) -> dict:
     return rules
 
 
-# PyYAML's safe loader in C where PyYAML was built with libyaml (its wheels are): the same
-# documents, 10x faster on the schema, which every job reads
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _schema_file(name: str) -> dict:
-    return yaml.load(resources.files("gradleak").joinpath(f"schemas/{name}").read_text(),
-                     Loader=SAFE_LOADER)
-
-
-def _inlined(node: Any) -> Any:
-    """``node`` with each reference to a section's file (``{$ref: "<file>#/<key>"}``) replaced
-    by what it refers to, so the schema is read as one document; ``#/...`` references
-    within it stay for the validator."""
-    if isinstance(node, dict):
-        ref = node.get("$ref", "#")
-        if len(node) == 1 and not ref.startswith("#"):
-            name, _, key = ref.partition("#/")
-            return _inlined(_schema_file(name)[key])
-        return {k: _inlined(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_inlined(v) for v in node]
-    return node
 
 
 @lru_cache(maxsize=1)
@@ -100,7 +78,7 @@ def schema() -> dict:
     attacks and defenses that installed plugins register (``gradleak.plugins``)."""
     from gradleak import plugins
 
-    rules = _inlined(_schema_file("config.schema.yaml"))
+    rules = inlined(schema_file("config.schema.yaml"))
     for kind in plugins.GROUPS:
         rules["definitions"][kind].update(plugins.definitions(kind, rules["definitions"][kind]))
     return rules
