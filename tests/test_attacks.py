@@ -29,7 +29,7 @@ def run(name: str, victim, defense: str = "none", strength: float = 0.0, **param
 
 
 def test_registry_lists_the_attacks():
-    assert attacks.available() == ["dlg", "eot", "gga", "gias", "gifd", "giml", "gradinversion",
+    assert attacks.available() == ["dlg", "eot", "fan2025", "gga", "gias", "gifd", "giml", "gradinversion",
                                    "idlg", "inverting_gradients", "lti", "rgap", "rog"]
     with pytest.raises(ValueError, match="unknown attack 'dgl'"):
         attacks.build("dgl")

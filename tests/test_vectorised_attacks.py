@@ -49,6 +49,7 @@ SMALL = {
     "rgap": {},
     "rog": {"iterations": 8},
     "lti": {},
+    "fan2025": {"iterations": 4, "channels": 8},
     "eot": {"wraps": "gga", "wraps_params": {"optimizer": "adam", "iterations": 6,
                                              "restarts": 2}, "samples": 2},
 }

@@ -7,6 +7,7 @@ configuration schema); ``available()`` lists the registered names.
 from gradleak.attacks import (  # noqa: F401  (registration)
     dlg,
     eot,
+    fan2025,
     gga,
     gias,
     gifd,

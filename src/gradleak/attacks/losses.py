@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -13,6 +13,7 @@ from torch.func import vmap
 from gradleak.attacks.bn_statistics import BNRecorder, batchnorm_layers
 from gradleak.attacks.objectives import (
     DISTANCES,
+    FORMED_DISTANCES,
     RESIDUAL_DISTANCES,
     Candidate,
     GradientProducts,
@@ -39,6 +40,19 @@ def transformed(transforms: Sequence[Transform], trials: Sequence[Update],
     return [t(trial, x) for t, trial, x in zip(transforms, trials, images)]
 
 
+Gradients = Mapping[str, torch.Tensor]
+
+
+def measured(distance: str) -> Callable[[Gradients, Gradients], torch.Tensor]:
+    """``distance`` of formed trial gradients (name -> (P, *shape)) from their targets
+    (name -> (V, *shape)) -> (P,): a distance of formed gradients itself, else the
+    distance of their products."""
+    if distance in FORMED_DISTANCES:
+        return FORMED_DISTANCES[distance]
+    measure, residual = DISTANCES[distance], distance in RESIDUAL_DISTANCES
+    return lambda trials, targets: measure(GradientProducts.formed(trials, targets, residual))
+
+
 def stacked_loss(model: nn.Module, labels: torch.Tensor | None,
                  targets: dict[str, torch.Tensor], *, distance: str,
                  regularizers: Mapping[str, float] | None = None,
@@ -49,24 +63,26 @@ def stacked_loss(model: nn.Module, labels: torch.Tensor | None,
     as one batch through ``model`` (:class:`StackedModel`; ``transforms[p]``, the
     transformation of problem p, forms the trial gradients), differentiable in the images
     where grad mode is on; with ``local`` (each step's rows, lr) the trials are FedAvg
-    uploads, formed (``unrolled.stacked_unrolled_updates``; no ``prior``)."""
+    uploads, formed (``unrolled.stacked_unrolled_updates``; no ``prior``); a distance of
+    formed gradients (``objectives.FORMED_DISTANCES``) forms them always."""
     regularize, stacked = penalty(regularizers), StackedModel(model)
-    measure, residual = DISTANCES[distance], distance in RESIDUAL_DISTANCES
+    of_formed, formed = measured(distance), distance in FORMED_DISTANCES
+    measure, residual = DISTANCES.get(distance), distance in RESIDUAL_DISTANCES
     image_terms = vmap(lambda x: regularize(Candidate(x)))
     latent_terms = vmap(lambda x, z: regularize(Candidate(x, z)))
 
     def loss(images: torch.Tensor, latent: torch.Tensor | None = None,
              labels: torch.Tensor | None = labels) -> torch.Tensor:
-        if transforms is None and local is None:
-            products = stacked.products(images, labels, targets, residual)
+        if transforms is None and local is None and not formed:
+            value = measure(stacked.products(images, labels, targets, residual))
         else:
             trial = stacked.gradients(images, labels, create_graph=torch.is_grad_enabled()) \
                 if local is None else stacked_unrolled_updates(model, images, labels, *local)
-            parts = [Update({k: g[p] for k, g in trial.items()}) for p in range(len(images))]
-            parts = parts if transforms is None else transformed(transforms, parts, images)
-            products = GradientProducts.formed(
-                {k: torch.stack([part[k] for part in parts]) for k in trial}, targets, residual)
-        value = measure(products)
+            if transforms is not None:
+                parts = [Update({k: g[p] for k, g in trial.items()}) for p in range(len(images))]
+                parts = transformed(transforms, parts, images)
+                trial = {k: torch.stack([part[k] for part in parts]) for k in trial}
+            value = of_formed(trial, targets)
         if prior is not None:
             value = value + prior(images, stacked.batchnorm_statistics)
         if regularizers:
@@ -86,8 +102,8 @@ def looped_loss(model: nn.Module, labels: torch.Tensor | None,
     ``model`` itself (``transforms[p]`` the transformation of problem p when given); with
     ``local`` (each step's rows, lr), each trial is the FedAvg upload
     (``unrolled.unrolled_update``)."""
-    measure, regularize = DISTANCES[distance], penalty(regularizers)
-    residual, norms = distance in RESIDUAL_DISTANCES, batchnorm_layers(model)
+    measure, regularize = measured(distance), penalty(regularizers)
+    norms = batchnorm_layers(model)
 
     def loss(images: torch.Tensor, latent: torch.Tensor | None = None,
              labels: torch.Tensor | None = labels) -> torch.Tensor:
@@ -102,10 +118,9 @@ def looped_loss(model: nn.Module, labels: torch.Tensor | None,
                 if transforms is not None:
                     trial = transforms[p](trial, x)
                 own = slice(p // restarts, p // restarts + 1)
-                products = GradientProducts.formed({n: g.unsqueeze(0) for n, g in trial.items()},
-                                                   {n: t[own] for n, t in targets.items()},
-                                                   residual)
-                values.append(measure(products)[0] + regularize(
+                misfit = measure({n: g.unsqueeze(0) for n, g in trial.items()},
+                                 {n: t[own] for n, t in targets.items()})
+                values.append(misfit[0] + regularize(
                     Candidate(x, None if latent is None else latent[p])))
                 if norms:
                     moments.append(recorder.statistics())

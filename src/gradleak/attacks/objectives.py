@@ -11,6 +11,13 @@ gradients):
             Geiping et al. 2020, Eq. 4)
     ggl     per-layer squared L2, summed, divided by the number of layers (GGL, Li et al.
             2022, official code)
+Distances of formed trial gradients, ``(trials, targets) -> (P,)`` (:data:`FORMED_DISTANCES`):
+    partial           Fan et al.'s partial gradient matching (USENIX Security 2025), masked by
+                      the trial gradient as their artifact does
+    partial_received  the same, masked by the received gradient
+    layer_cosine      1 - the mean over parameter tensors of each one's cosine: the cosine of
+                      the layer-normalised gradients, what the adaptive attacker matches
+                      through per-layer clipping, computed from a clean upload
 Regularisers ``(candidate) -> penalty`` of a :class:`Candidate`:
     tv     anisotropic total variation mean|dx| + mean|dy| (Geiping et al. Eq. 4)
     l2     the images' L2 norm (GIFD's ``image_norm``)
@@ -23,8 +30,10 @@ which adds them to the loss.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -78,6 +87,60 @@ DISTANCES: dict[str, Callable[[GradientProducts], torch.Tensor]] = {
     "ggl": lambda products: products.residual_sq / products.layers,
 }
 RESIDUAL_DISTANCES = frozenset({"l2", "ggl"})  # from the formed gradients: exact near zero
+
+KEPT, CORE = 0.5, 0.2  # the artifact's quantiles: the mask's, the cosine's inner mask's
+
+
+def at_least_quantile(values: torch.Tensor, q: float) -> torch.Tensor:
+    """(P, n) whether each entry is at least its row's q-quantile (``torch.quantile``'s
+    linear one, up to the rounding of its interpolation: the comparison with the order
+    statistic at or above it), by ``kthvalue``, which has no limit on a row's size."""
+    k = math.ceil((values.shape[1] - 1) * q) + 1
+    return values >= values.kthvalue(k, dim=1, keepdim=True).values
+
+
+def partial_matching(trials: Mapping[str, torch.Tensor], targets: Mapping[str, torch.Tensor],
+                     by_trial: bool = True) -> torch.Tensor:
+    """Fan et al.'s partial gradient matching (the artifact's ``combine_loss``) of P = V x R
+    trial gradients, name -> (P, *shape) (victim-major), from their targets, name ->
+    (V, *shape): per parameter tensor, M keeps the entries of |g'| (the trial's; the
+    target's unless ``by_trial``) at least its median, and the distance is
+    mean|M g - M g'| (over the whole tensor) minus the cosine of M g and M g', taken over
+    the entries of |M g| at least its 20th percentile; summed over the tensors. The masks
+    are constants of each evaluation."""
+    total = 0
+    for name, target in targets.items():
+        trial = trials[name].flatten(1)
+        received = target.flatten(1).repeat_interleave(len(trial) // len(target), 0)
+        chosen = at_least_quantile((trial if by_trial else received).detach().abs(), KEPT)
+        trial, received = trial * chosen, received * chosen
+        core = at_least_quantile(received.detach().abs(), CORE)
+        t, g = trial * core, received * core
+        cos = (t * g).sum(1) / (torch.linalg.vector_norm(t, dim=1) + 1e-8) / (
+            torch.linalg.vector_norm(g, dim=1) + 1e-8)
+        total = total + (trial - received).abs().mean(1) - cos
+    return total
+
+
+def layer_cosine(trials: Mapping[str, torch.Tensor], targets: Mapping[str, torch.Tensor]
+                 ) -> torch.Tensor:
+    """1 - the mean over parameter tensors of the cosine between trial and target (shapes
+    as :func:`partial_matching`'s): the cosine of the gradients with every tensor scaled
+    to norm 1."""
+    total = 0
+    for name, target in targets.items():
+        trial = trials[name].flatten(1)
+        received = target.flatten(1).repeat_interleave(len(trial) // len(target), 0)
+        total = total + torch.nn.functional.cosine_similarity(trial, received, dim=1, eps=1e-12)
+    return 1 - total / len(targets)
+
+
+FORMED_DISTANCES: dict[str, Callable[[Mapping[str, torch.Tensor], Mapping[str, torch.Tensor]],
+                                     torch.Tensor]] = {
+    "partial": partial_matching,
+    "partial_received": partial(partial_matching, by_trial=False),
+    "layer_cosine": layer_cosine,
+}
 
 
 @dataclass

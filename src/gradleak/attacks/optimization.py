@@ -1,7 +1,8 @@
 """The optimisation loop shared by all optimisation-based attacks.
 
-Optimisers: L-BFGS and Adam (optionally on the sign of the gradient), a multi-step or
-per-step lr schedule, a projection and optional EPAFL stoppers. What is minimised comes
+Optimisers: L-BFGS, Adam and AdamW (optionally on the sign of the gradient, optionally with
+a look-ahead step), a multi-step or per-step lr schedule, a projection and optional EPAFL
+stoppers. What is minimised comes
 from ``objectives``.
 
 ``optimize`` is the one loop: the engine hands it a stage's variables and objective, one
@@ -18,7 +19,7 @@ import torch
 
 from gradleak.attacks.early_stopping import Stopper
 
-OPTIMIZERS = ("lbfgs", "adam")
+OPTIMIZERS = {"lbfgs": torch.optim.LBFGS, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
 
 @dataclass
@@ -57,7 +58,7 @@ def _finite(loss: torch.Tensor, variables: list[torch.Tensor]) -> torch.Tensor:
 
 def optimize(variables: list[torch.Tensor], objective: Objective, *,
              optimizer: str, lr: float, iterations: int, signed: bool = False,
-             milestones: Sequence[float] = (), lr_factor: Callable[[int], float] | None = None,
+             lookahead: float = 0.0, milestones: Sequence[float] = (), lr_factor: Callable[[int], float] | None = None,
              project: Callable[[list[torch.Tensor]], None] | None = None,
              stoppers: Sequence[Stopper] | None = None,
              snapshot_at: Collection[int] = (),
@@ -67,7 +68,12 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
     ``objective()`` returns the losses (P,) of P problems stacked on every variable's first
     dimension (one problem: P = 1, variables of any shape), or those and each variable's
     gradient. Adam steps their sum; L-BFGS minimises one problem. A problem that turns
-    non-finite is frozen at its last finite iterate (L-BFGS stops). The lr is multiplied by
+    non-finite is frozen at its last finite iterate (L-BFGS stops). ``lookahead`` alpha > 0
+    (Adam, AdamW): each iteration steps, takes the gradient s1 at the point it reached, goes
+    back and steps on (1 - alpha) s0 + alpha s1, s0 the gradient where it started (Fan et
+    al.'s gradient regularisation as their artifact runs it: the finite-difference form of
+    a gradient-norm penalty, Zhao et al., ICML 2022; the optimiser's moments see both
+    steps, as there). The lr is multiplied by
     0.1 at each fraction of ``iterations`` in ``milestones``, or by ``lr_factor(t)``;
     ``signed`` steps on the gradient's sign; ``project`` runs after every step. G
     ``stoppers`` (G dividing P): stopper g is fed the summed loss of the g-th run of P / G
@@ -76,10 +82,13 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
     is recorded at the iterations in ``snapshot_at`` (0: the start; after an early stop,
     the final images)."""
     if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+        raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
-    opt = (torch.optim.LBFGS if optimizer == "lbfgs" else torch.optim.Adam)(variables, lr=lr)
+    if lookahead and optimizer == "lbfgs":
+        raise ValueError(f"a look-ahead step (lookahead {lookahead}) is Adam's; expected "
+                         f"optimizer 'adam' or 'adamw', got 'lbfgs'")
+    opt = OPTIMIZERS[optimizer](variables, lr=lr)
     if lr_factor is not None:
         schedule = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     else:
@@ -122,6 +131,8 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
                                  f"{tuple(loss.shape)} (use Adam for stacked problems)")
         else:
             loss = closure()
+            if lookahead:
+                _look_ahead(opt, variables, closure, lookahead)
             opt.step()
         schedule.step()
         if stoppers is not None and len(loss) % len(stoppers):
@@ -161,4 +172,19 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
     size = len(diverged) // len(reasons)
     return Trajectory(variables, torch.stack(trace), counted, [
         "diverged" if d else reasons[p // size] for p, d in enumerate(diverged.tolist())],
-        snapshots, counted if optimizer == "adam" else torch.full_like(counted, calls))
+        snapshots, counted * (2 if lookahead else 1) if optimizer != "lbfgs"
+        else torch.full_like(counted, calls))
+
+
+def _look_ahead(opt: torch.optim.Optimizer, variables: list[torch.Tensor],
+                closure: Callable[[], torch.Tensor], alpha: float) -> None:
+    """Step, evaluate the gradient there, go back: each variable's gradient becomes
+    (1 - alpha) x its own + alpha x the look-ahead point's."""
+    start = [v.detach().clone() for v in variables]
+    own = [v.grad for v in variables]
+    opt.step()
+    closure()
+    with torch.no_grad():
+        for v, origin, grad in zip(variables, start, own):
+            v.copy_(origin)
+            v.grad = (1 - alpha) * grad + alpha * v.grad

@@ -11,9 +11,7 @@ import torch
 
 from gradleak.attacks.early_stopping import Stopper
 from gradleak.attacks.label_inference import infer_labels
-from gradleak.attacks.objectives import (
-    DISTANCES,
-)
+from gradleak.attacks.objectives import DISTANCES, FORMED_DISTANCES
 from gradleak.attacks.optimization import last_recorded
 from gradleak.types import Observation
 
@@ -41,10 +39,12 @@ class Stage:
     ``distance`` between each trial gradient (cross-entropy against ``labels(obs)`` or
     ``soft_labels(variables)``, changed by ``transform(obs)``) and ``target(obs)`` (default:
     the observed gradient), plus ``prior(observations, restarts)``'s term and the weighted
-    ``regularizers``. A stage whose misfit is no gradient distance gives ``cost(obs)``, victim
-    ``obs``'s :data:`Cost`, in place of the distance (``distance`` None; no trial gradient,
-    so no labels, target, transformation or prior): its loss is that cost of the rendered
-    images plus the regularisers. Adam (on the gradient's sign when ``signed``) or L-BFGS runs
+    ``regularizers``; ``distance`` is one of ``objectives.DISTANCES`` or, of formed trial
+    gradients, ``FORMED_DISTANCES``. A stage whose misfit is no gradient distance gives
+    ``cost(obs)``, victim ``obs``'s :data:`Cost`, in place of the distance (``distance``
+    None; no trial gradient, so no labels, target, transformation or prior): its loss is that cost of the rendered
+    images plus the regularisers. Adam, AdamW (on the gradient's sign when ``signed``; with
+    ``lookahead`` alpha, the look-ahead step of ``optimization.optimize``) or L-BFGS runs
     ``iterations`` at ``lr``, times 0.1 at each fraction in ``milestones`` or
     ``lr_factor(t)``; after each step ``boxed`` clamps the first variable to [0, 1] and
     ``project(variable, start)`` replaces it. ``stopper`` is copied to every problem, or
@@ -62,6 +62,7 @@ class Stage:
     transform: Callable[[Observation], Transform] | None = None
     prior: Callable[[list[Observation], int], Prior] | None = None
     optimizer: str = "adam"
+    lookahead: float = 0.0
     signed: bool = False
     milestones: Sequence[float] = ()
     lr_factor: Callable[[int], float] | None = None
@@ -80,9 +81,12 @@ class Stage:
                 raise ValueError(f"a stage with a cost has no trial gradient; expected no "
                                  f"{', '.join(given)}, got {given[0]} {getattr(self, given[0])!r}")
             return
-        if self.distance not in DISTANCES:
-            raise ValueError(f"distance must be one of {sorted(DISTANCES)}, got "
-                             f"{self.distance!r}")
+        if self.distance not in DISTANCES and self.distance not in FORMED_DISTANCES:
+            raise ValueError(f"distance must be one of {sorted([*DISTANCES, *FORMED_DISTANCES])}"
+                             f", got {self.distance!r}")
+        if self.lookahead and self.optimizer == "lbfgs":
+            raise ValueError(f"a look-ahead step (lookahead {self.lookahead}) is Adam's; "
+                             f"expected optimizer 'adam' or 'adamw', got 'lbfgs'")
 
     def images(self, variables: Variables) -> torch.Tensor:
         """The images (N, B, C, H, W) of N problems' variables (each (N, ...))."""

@@ -240,8 +240,8 @@ def _together(stage: Stage, objective: Callable[[Variables], torch.Tensor], star
             variables[0].copy_(stage.project(variables[0], origin))
 
     grid = starts[0].shape[:2]
-    run = optimize(x, lambda: objective(x + constants), optimizer="adam", lr=stage.lr,
-                   iterations=stage.iterations, signed=stage.signed,
+    run = optimize(x, lambda: objective(x + constants), optimizer=stage.optimizer, lr=stage.lr,
+                   iterations=stage.iterations, signed=stage.signed, lookahead=stage.lookahead,
                    milestones=stage.milestones, lr_factor=stage.lr_factor,
                    project=projection, snapshot_at=snapshots,
                    render=lambda variables: stage.images(variables + constants),

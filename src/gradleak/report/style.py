@@ -37,7 +37,7 @@ FIXED = {
     "censor": 0, "clipping": 1, "dp_gaussian": 2, "dp_laplace": 3, "layer_noise": 4,
     "pruning": 5, "quantization": 6, "recupfl": 7, "refiner": 8, "soteria": 9,
     "dlg": 10, "eot": 11, "gga": 12, "gias": 13, "gifd": 14, "giml": 15, "gradinversion": 16,
-    "idlg": 17, "inverting_gradients": 18, "rgap": 19, "rog": 20, "lti": 21,
+    "idlg": 17, "inverting_gradients": 18, "rgap": 19, "rog": 20, "lti": 21, "fan2025": 22,
 }
 _HELD = frozenset(FIXED.values())
 # any other name hashes into COMBOS[HASHED:] less _HELD; HASHED stays 20, so that adding a
