@@ -28,6 +28,12 @@ gradient that can be sampled: against it EOT matches the trial gradient itself (
 attack; ``Refiner.sample``). A defense whose transformation has no randomness
 (``Defense.deterministic``) is sampled once, whatever ``samples`` says.
 
+``applies`` (decision 0107): the attacker applies a defense whose transformation is a function
+of the gradient alone (clipping, the schema's one choice) to the received upload itself
+and attacks through it, as the adaptive attacker does through the defended upload. On a
+clean upload this is the adaptive attack on that defense's upload, so no such defense's
+curve starts above the undefended point's strongest attacker.
+
 Wraps any registered attack (``inverting_gradients``, ``gga``, ``gifd``, ...): ``wraps``
 names it and ``wraps_params`` sets its parameters; the artifacts it needs (a GAN prior for
 ``gga``/``gifd``) are passed to EOT by name. Restart r of every victim draws its defense
@@ -41,6 +47,7 @@ meta-step samples, victims drawing alike pass through one model at a time togeth
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -107,7 +114,9 @@ class ExpectationOverTransformation(Attack):
 
     @classmethod
     def needs_for(cls, params: Mapping[str, Any]) -> dict[str, str]:
-        return {"defense": "defense", **needs(params["wraps"], params["wraps_params"])}
+        wrapped = needs(params["wraps"], params["wraps_params"])
+        return wrapped if (params.get("applies") or {}).get("defense") else \
+            {"defense": "defense", **wrapped}
 
     @classmethod
     def budget(cls, params: Mapping[str, Any]) -> int:
@@ -117,13 +126,18 @@ class ExpectationOverTransformation(Attack):
             * wrapped.get("restarts", 1)
 
     def __init__(self, *, wraps: str, wraps_params: dict, samples: int,
-                 defense: str | Defense, seed: int = 0, **artifacts: Any) -> None:
+                 defense: str | Defense | None = None, applies: Mapping | None = None,
+                 seed: int = 0, **artifacts: Any) -> None:
+        applies = applies if (applies or {}).get("defense") else None
+        if applies:
+            defense = build_defense(applies["defense"], **applies.get("params", {}))
         if isinstance(defense, str):
             defense = build_defense(defense)
         if not isinstance(defense, Defense):
             raise ValueError(f"defense must be a registered name or a Defense, "
                              f"got {type(defense).__name__}")
         self.attack, self.defense = build(wraps, **wraps_params, **artifacts), defense
+        self.applies = bool(applies)
         self.samples, self.seed = int(samples), seed
         self.restarts, self.stopper = self.attack.restarts, self.attack.stopper
         self.vectorisable = self.attack.vectorisable
@@ -142,9 +156,13 @@ class ExpectationOverTransformation(Attack):
 
     def reconstruct(self, victims: Victims) -> list[Reconstruction]:
         """The wrapped attack on the chunk, each victim's trial gradients through its
-        samples."""
-        samples = [self.samples_for(obs) for obs in victims.observations]
-        out = self.attack.reconstruct(victims.with_transforms(samples))
+        samples (and its upload through ``applies``' defense first)."""
+        observations = victims.observations
+        if self.applies:  # clipping's transformation reads no batch
+            observations = [replace(obs, gradient=self.defense.adaptive(
+                obs.gradient, None, obs.gradient)) for obs in observations]
+        samples = [self.samples_for(obs) for obs in observations]
+        out = self.attack.reconstruct(victims.with_transforms(samples, observations))
         for rec in out:
             rec.extra.update(eot_samples=self.draws, eot_defense=self.defense.name)
         return out

@@ -51,8 +51,10 @@ class Victims:
         self.model, self.device = self.observations[0].model, self.observations[0].device
         self._sampled: dict[int, list[Transform]] = {}  # restarts -> EOT's, one per problem
 
-    def with_transforms(self, transforms: Sequence[RestartTransforms]) -> Victims:
-        return Victims(self.observations, restarts=self.restarts, seed=self.seed,
+    def with_transforms(self, transforms: Sequence[RestartTransforms],
+                        observations: Sequence[Observation] | None = None) -> Victims:
+        """These victims (or ``observations`` in their place) through ``transforms``."""
+        return Victims(observations or self.observations, restarts=self.restarts, seed=self.seed,
                        stacked=self.stacked, transforms=transforms, snapshots=self.snapshots)
 
     def draw(self, draw: Callable[[Observation, torch.Generator], Variables]) -> Variables:
