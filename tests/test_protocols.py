@@ -40,6 +40,11 @@ def test_each_point_runs_under_each_protocol_with_its_own_undefended_fl_run():
     assert Setting.parse(f"soteria-0.6~{FEDAVG}").reference.text == "none-0~fl.local_steps=5"
 
 
+def test_the_tables_name_each_protocol_as_the_configuration_does():
+    config = configuration.load(REPO / "config" / "protocol.yaml")
+    assert plan.protocol_names(config) == {"": "fedsgd", FEDAVG: "fedavg"}
+
+
 def test_a_protocol_beside_targets_or_with_a_path_that_is_no_protocol_is_refused():
     raw = read(REPO / "config" / "protocol.yaml")
     with pytest.raises(ConfigError, match="'protocols' with 'targets'"):
@@ -103,6 +108,10 @@ def test_pmm_and_each_protocol_s_curves_start_from_its_own_undefended_run(runs, 
     assert "## Does the ranking of defenses change with the protocol?" in text
     assert re.search(r"\| inverting_gradients \(paper\) \| +90 \| soteria +\| dp_gaussian +\| "
                      r"\*\*no\*\*", text)
+    named = write_tables(fl, attacks, [], tmp_path / "named", ["protocol_ranking"],
+                         protocols={FEDAVG: "fedavg", "": "fedsgd"})["protocol_ranking"]
+    assert list(dict.fromkeys(named["protocol"])) == ["fedavg", "fedsgd"]  # as given
+    assert set(ranking_summary(named)["versus"]) == {"fedavg"}
 
 
 def test_one_protocol_makes_no_ranking_and_a_tie_keeps_the_best():
@@ -156,10 +165,10 @@ def test_the_manual_protocol_smoke_run_writes_both_matched_utility_tables_side_b
     assert dict(re.findall(r"^(\w+) +(\d+)$", again.stderr.split("Job stats:")[1],
                            flags=re.M)) == {"aggregate": "1", "total": "1"}
     matched = pd.read_csv(results / "tables" / "matched_utility.csv", keep_default_na=False)
-    assert set(matched["protocol"]) == {"", FEDAVG}
+    assert set(matched["protocol"]) == {"fedsgd", "fedavg"}  # as config/protocol.yaml names them
     assert set(matched["attacker"]) == {"paper", "adaptive", "strongest"}
     ranking = pd.read_csv(results / "tables" / "protocol_ranking.csv", keep_default_na=False)
-    assert set(ranking["protocol"]) == {"", FEDAVG}
+    assert list(dict.fromkeys(ranking["protocol"])) == ["fedsgd", "fedavg"]  # its order
     utility = pd.read_csv(results / "tables" / "utility.csv").set_index("defense")
     assert utility.loc["none~fl.local_steps=5", "pmm"] == pytest.approx(100.0)
     report = (results / "report.md").read_text()

@@ -20,7 +20,7 @@ from gradleak.report.intervals import interval
 from gradleak.types import DefenseContext, Observation
 
 VICTIMS = 5
-BUDGET = {"inverting_gradients": {"iterations": 200},
+BUDGET = {"inverting_gradients": {"iterations": 200}, "rog": {},
           "fan2025": {"iterations": 200, "channels": 32, "median_filter": 1}}
 CLIPPED = {"defense": "clipping", "params": {"bound": 1.0}}
 # each family's objectives on the clean upload: the attack as the paper states it, the
@@ -28,7 +28,7 @@ CLIPPED = {"defense": "clipping", "params": {"bound": 1.0}}
 ON_CLEAN = {"inverting_gradients": [("inverting_gradients", {}),
                                     ("inverting_gradients", {"distance": "layer_cosine"}),
                                     ("eot", {"applies": CLIPPED})],
-            "fan2025": [("fan2025", {})]}
+            "rog": [("rog", {})], "fan2025": [("fan2025", {})]}
 # the two defenses whose adaptive attackers recovered more than any attacker on the clean
 # upload in the embedded default (Inverting Gradients 57.2 and 53.1 against 39.8 dB)
 DEFENDED = {"clipping": {"bound": 1.0}, "soteria": {"ratio": 0.9}}
@@ -110,7 +110,9 @@ def test_no_defense_leaks_more_than_the_clean_upload(victims, clean, family, nam
     print(family, name, "defended", paper.mean().round(2), adaptive.mean().round(2),
           "clean", [run.mean().round(2) for run in clean[family]],
           "excess", excess.round(2).tolist(), (low, high))
-    assert low <= 0
+    # the attacker's own clipping of the clean upload is the adaptive attack on clipping's
+    # upload, victim by victim: no interval, equal
+    assert (low <= 0) if np.isfinite(low) else max(excess) <= 1e-6
 
 
 @pytest.mark.slow

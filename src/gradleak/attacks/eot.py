@@ -125,10 +125,10 @@ class ExpectationOverTransformation(Attack):
         return params["samples"] * registered(params["wraps"]).budget(wrapped) \
             * wrapped.get("restarts", 1)
 
-    def __init__(self, *, wraps: str, wraps_params: dict, samples: int,
-                 defense: str | Defense | None = None, applies: Mapping | None = None,
-                 seed: int = 0, **artifacts: Any) -> None:
-        applies = applies if (applies or {}).get("defense") else None
+    def __init__(self, *, wraps: str, wraps_params: dict, samples: int, applies: Mapping,
+                 defense: str | Defense | None = None, seed: int = 0,
+                 **artifacts: Any) -> None:
+        applies = applies if applies.get("defense") else {}
         if applies:
             defense = build_defense(applies["defense"], **applies.get("params", {}))
         if isinstance(defense, str):
@@ -137,7 +137,7 @@ class ExpectationOverTransformation(Attack):
             raise ValueError(f"defense must be a registered name or a Defense, "
                              f"got {type(defense).__name__}")
         self.attack, self.defense = build(wraps, **wraps_params, **artifacts), defense
-        self.applies = bool(applies)
+        self.applies = applies
         self.samples, self.seed = int(samples), seed
         self.restarts, self.stopper = self.attack.restarts, self.attack.stopper
         self.vectorisable = self.attack.vectorisable

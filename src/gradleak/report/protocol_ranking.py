@@ -22,6 +22,8 @@ per defense across the protocols, one panel per PMM).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -44,14 +46,22 @@ SUMMARY_COLUMNS = [*KEYS, "protocol", "first", "versus", "versus_first", "first_
                    "spearman", "defenses"]
 
 
-def protocol_ranking(matched: pd.DataFrame) -> pd.DataFrame:
-    """The long table of ranks (see the module docstring); empty with one protocol."""
+def protocol_ranking(matched: pd.DataFrame, order: Sequence[str] = ()) -> pd.DataFrame:
+    """The long table of ranks (see the module docstring); empty with one protocol. The
+    protocols in ``order`` (the configuration's) come first, in it, the rest by name."""
     if matched.empty or matched["protocol"].nunique() < 2:
         return pd.DataFrame(columns=RANKING_COLUMNS)
     table = matched.copy()
     reached = table["psnr"].where(table["reached"].astype(bool))
     table["rank"] = reached.groupby([table[k] for k in [*KEYS, "protocol"]]).rank(method="min")
-    return table.sort_values([*KEYS, "protocol", "defense"], kind="stable")[
+    position = {name: i for i, name in enumerate(order)}
+
+    def ordered(column: pd.Series) -> pd.Series:
+        if column.name != "protocol":
+            return column
+        return column.map(lambda p: f"{position.get(p, len(position)):04d}{p}")
+
+    return table.sort_values([*KEYS, "protocol", "defense"], kind="stable", key=ordered)[
         RANKING_COLUMNS].reset_index(drop=True)
 
 
@@ -64,7 +74,7 @@ def ranking_summary(ranking: pd.DataFrame) -> pd.DataFrame:
     defenses under each and how alike the two orders are (see the module docstring)."""
     rows = []
     for keys, group in ranking.groupby(KEYS, sort=True):
-        protocols = sorted(group["protocol"].unique(), key=lambda p: (p != "", p))
+        protocols = list(dict.fromkeys(group["protocol"]))  # the ranking's order
         base = group[group["protocol"] == protocols[0]].set_index("defense")
         for protocol in protocols[1:]:
             other = group[group["protocol"] == protocol].set_index("defense")
@@ -117,7 +127,7 @@ def figure(ranking: pd.DataFrame) -> Figure:
     shown = ranking[ranking["attacker"] == attacker] if attacker else \
         ranking[ranking["attack"] == ranking["attack"].min()]
     levels = sorted(shown["pmm"].unique())
-    protocols = sorted(shown["protocol"].unique(), key=lambda p: (p != "", p))
+    protocols = list(dict.fromkeys(shown["protocol"]))  # the ranking's order
     styles = series_styles(sorted(shown["defense"].unique(), key=str))
     fig, axes = plt.subplots(1, max(1, len(levels)), squeeze=False, sharey=True,
                              figsize=(3.4 * max(1, len(levels)) + 1.6, 4.2),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -236,17 +237,23 @@ def censor_table(tradeoff: pd.DataFrame, utility: pd.DataFrame) -> pd.DataFrame:
 
 def write_tables(fl_files: list[Path], attack_files: list[Path], evalnet_files: list[Path],
                  out_dir: Path, names: list[str] | None = None,
-                 stronger: dict[str, str] | None = None) -> dict[str, pd.DataFrame]:
+                 stronger: dict[str, str] | None = None,
+                 protocols: Mapping[str, str] | None = None) -> dict[str, pd.DataFrame]:
     """Build the tables ``names`` (default: all), write them as ``<out_dir>/<name>.csv`` and
     return every table built, by name. ``stronger``: each defense label's direction
-    (``matched_utility.defense_directions``) for the matched-utility curves."""
+    (``matched_utility.defense_directions``) for the matched-utility curves. ``protocols``:
+    each protocol's overrides (``fl.local_steps=5``; empty: as configured) -> its name in
+    the configuration, in its order, which the tables' ``protocol`` column then holds."""
     utility = utility_table(fl_files)
     privacy = privacy_table(attack_files)
     tradeoff = tradeoff_table(utility, privacy)
     matched = matched_utility(tradeoff, stronger)
+    if protocols:
+        matched["protocol"] = matched["protocol"].map(lambda p: protocols.get(p, p))
     tables = {"utility": utility, "privacy": privacy[PRIVACY_COLUMNS], "tradeoff": tradeoff,
               "timing": timing_table(privacy), "censor_table": censor_table(tradeoff, utility),
-              "matched_utility": matched, "protocol_ranking": protocol_ranking(matched),
+              "matched_utility": matched,
+              "protocol_ranking": protocol_ranking(matched, list((protocols or {}).values())),
               "evalnet_monotonicity": evalnet_table(evalnet_files)}
     names = list(tables) if names is None else names
     for name in names:

@@ -120,7 +120,8 @@ def aggregate(config: dict, results: Path) -> None:
     names = tables(config, jobs)
     made = report.write_tables(files("fl_run"), files("attack"), evalnet_json,
                                results / "tables", [n for n in names if "attribute" not in n],
-                               stronger=report.defense_directions(config))
+                               stronger=report.defense_directions(config),
+                               protocols=plan.protocol_names(config))
     if "attribute" in names:
         made.update(report.write_attribute_tables(files("attribute"), results / "tables"))
     drawn = report.write_figures(made, files("attack"), results / "figures",
