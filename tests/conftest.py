@@ -197,6 +197,16 @@ def lenet_victims(images, count: int, seed: int = 2024) -> list[tuple]:
     return out
 
 
+def default_victims(digits_splits, count: int, seed: int) -> list[tuple]:
+    """The embedded default's victims: 16x16 digits of the train split, a LeNet each."""
+    from gradleak.data import ImageData
+
+    train = digits_splits["train"]
+    x = torch.nn.functional.interpolate(train.x, size=(16, 16), mode="bilinear",
+                                        antialias=True, align_corners=False).clamp(0, 1)
+    return lenet_victims(ImageData(x, train.y, 10), count, seed=seed)
+
+
 def observe_defended(victim, defense: str, **params):
     """What the attacker sees of ``victim``'s update under ``defense`` (seeded)."""
     from gradleak import attacks, defenses

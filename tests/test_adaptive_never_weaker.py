@@ -9,11 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import lenet_victims
+from conftest import default_victims
 
 from gradleak import attacks, defenses, metrics
 from gradleak.adversaries import features_of, train_zoo
-from gradleak.data import ImageData
 from gradleak.report.intervals import interval
 from gradleak.types import DefenseContext, Observation
 
@@ -40,11 +39,7 @@ PARAMS = {
 
 @pytest.fixture(scope="module")
 def victims(digits_splits):
-    """The embedded default's victims: 16x16 digits of the train split, a LeNet each."""
-    train = digits_splits["train"]
-    x = torch.nn.functional.interpolate(train.x, size=(16, 16), mode="bilinear",
-                                        antialias=True, align_corners=False).clamp(0, 1)
-    return lenet_victims(ImageData(x, train.y, 10), VICTIMS, seed=7)
+    return default_victims(digits_splits, VICTIMS, seed=7)
 
 
 @pytest.fixture(scope="module")

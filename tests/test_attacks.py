@@ -29,8 +29,9 @@ def run(name: str, victim, defense: str = "none", strength: float = 0.0, **param
 
 
 def test_registry_lists_the_attacks():
-    assert attacks.available() == ["dlg", "eot", "fan2025", "gga", "gias", "gifd", "giml", "gradinversion",
-                                   "idlg", "inverting_gradients", "lti", "rgap", "rog"]
+    assert attacks.available() == ["dlg", "eot", "fan2025", "gga", "gias", "gifd", "giml",
+                                   "gradinversion", "idlg", "inverting_gradients", "lti",
+                                   "rgap", "rog"]
     with pytest.raises(ValueError, match="unknown attack 'dgl'"):
         attacks.build("dgl")
 

@@ -19,6 +19,7 @@ from test_matched_utility import _json
 
 from gradleak.config import ConfigError, read
 from gradleak.experiment import configuration, plan
+from gradleak.experiment.phases.aggregate import protocol_names
 from gradleak.report import write_figures, write_report, write_tables
 from gradleak.report.matched_utility import matched_utility
 from gradleak.report.protocol_ranking import protocol_ranking, ranking_summary
@@ -42,7 +43,7 @@ def test_each_point_runs_under_each_protocol_with_its_own_undefended_fl_run():
 
 def test_the_tables_name_each_protocol_as_the_configuration_does():
     config = configuration.load(REPO / "config" / "protocol.yaml")
-    assert plan.protocol_names(config) == {"": "fedsgd", FEDAVG: "fedavg"}
+    assert protocol_names(config) == {"": "fedsgd", FEDAVG: "fedavg"}
 
 
 def test_a_protocol_beside_targets_or_with_a_path_that_is_no_protocol_is_refused():

@@ -12,10 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import lenet_victims
+from conftest import default_victims
 
 from gradleak import attacks, defenses, metrics
-from gradleak.data import ImageData
 from gradleak.report.intervals import interval
 from gradleak.types import DefenseContext, Observation
 
@@ -36,10 +35,7 @@ DEFENDED = {"clipping": {"bound": 1.0}, "soteria": {"ratio": 0.9}}
 
 @pytest.fixture(scope="module")
 def victims(digits_splits):
-    train = digits_splits["train"]
-    x = torch.nn.functional.interpolate(train.x, size=(16, 16), mode="bilinear",
-                                        antialias=True, align_corners=False).clamp(0, 1)
-    return lenet_victims(ImageData(x, train.y, 10), VICTIMS, seed=5)
+    return default_victims(digits_splits, VICTIMS, seed=5)
 
 
 def _psnr(attack, observations, victims) -> np.ndarray:

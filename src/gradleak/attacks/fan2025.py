@@ -69,7 +69,8 @@ class Fan2025(Attack):
         if space not in SPACES:
             raise ValueError(f"space must be one of {SPACES}, got {space!r}")
         self.iterations, self.lr, self.tv, self.lookahead = iterations, lr, tv, lookahead
-        self.distance, self.space, self.channels, self.code_dim = distance, space, channels, code_dim
+        self.distance, self.space = distance, space
+        self.channels, self.code_dim = channels, code_dim
         self.median_filter, self.restarts, self.seed = median_filter, restarts, seed
         self.stopper = stopper_from(stopper)
         self.optimizer = "adamw"

@@ -58,7 +58,8 @@ def _finite(loss: torch.Tensor, variables: list[torch.Tensor]) -> torch.Tensor:
 
 def optimize(variables: list[torch.Tensor], objective: Objective, *,
              optimizer: str, lr: float, iterations: int, signed: bool = False,
-             lookahead: float = 0.0, milestones: Sequence[float] = (), lr_factor: Callable[[int], float] | None = None,
+             lookahead: float = 0.0, milestones: Sequence[float] = (),
+             lr_factor: Callable[[int], float] | None = None,
              project: Callable[[list[torch.Tensor]], None] | None = None,
              stoppers: Sequence[Stopper] | None = None,
              snapshot_at: Collection[int] = (),

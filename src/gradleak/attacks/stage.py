@@ -42,9 +42,10 @@ class Stage:
     ``regularizers``; ``distance`` is one of ``objectives.DISTANCES`` or, of formed trial
     gradients, ``FORMED_DISTANCES``. A stage whose misfit is no gradient distance gives
     ``cost(obs)``, victim ``obs``'s :data:`Cost`, in place of the distance (``distance``
-    None; no trial gradient, so no labels, target, transformation or prior): its loss is that cost of the rendered
-    images plus the regularisers. Adam, AdamW (on the gradient's sign when ``signed``; with
-    ``lookahead`` alpha, the look-ahead step of ``optimization.optimize``) or L-BFGS runs
+    None; no trial gradient, so no labels, target, transformation or prior): its loss is
+    that cost of the rendered images plus the regularisers. Adam, AdamW (on the gradient's
+    sign when ``signed``; with ``lookahead`` alpha, the look-ahead step of
+    ``optimization.optimize``) or L-BFGS runs
     ``iterations`` at ``lr``, times 0.1 at each fraction in ``milestones`` or
     ``lr_factor(t)``; after each step ``boxed`` clamps the first variable to [0, 1] and
     ``project(variable, start)`` replaces it. ``stopper`` is copied to every problem, or

@@ -20,8 +20,7 @@ from typing import Any
 from gradleak import config as cfg
 from gradleak import data
 from gradleak.experiment import claim_rows
-from gradleak.settings import (ATTACK_ONLY_KEYS, UNDEFENDED, Setting, frozen, number_text,
-                               protocol_of)
+from gradleak.settings import ATTACK_ONLY_KEYS, UNDEFENDED, Setting, frozen, number_text
 
 NONE = Setting(UNDEFENDED, 0)  # the undefended setting
 
@@ -168,13 +167,6 @@ def point_keys(config: dict, point: Point) -> dict:
     for key, value in point.swept:
         keys[key] = keys[cfg.sweep_column(key)] = value
     return keys
-
-
-def protocol_names(config: dict) -> dict[str, str]:
-    """Each of ``protocols:``' overrides as the setting labels carry them (empty: as
-    configured) -> the protocol's name, in the configuration's order."""
-    return {protocol_of(normalize(config, Setting.of(UNDEFENDED, 0, overrides)).label): name
-            for name, overrides in (config["protocols"] or {}).items()}
 
 
 def points(config: dict) -> list[Point]:

@@ -11,6 +11,7 @@ from gradleak.data.datasets import SHAPES
 from gradleak.experiment import claims, paths, pipeline, plan, priors
 from gradleak.experiment.phase import Output, Phase
 from gradleak.needs import artifact_parts
+from gradleak.settings import UNDEFENDED, Setting, protocol_of
 
 GATHERS = ("fl_run", "attack", "train_evalnet", "attribute", "target")
 # each with its caption, workflow/report/<kind>.rst
@@ -102,6 +103,13 @@ def undeclared_departures(config: dict, results: Path) -> list[str]:
     return [key for key in substituted_keys(config, results) if key not in named]
 
 
+def protocol_names(config: dict) -> dict[str, str]:
+    """Each of ``protocols:``' overrides as the setting labels carry them (empty: as
+    configured) -> the protocol's name, in the configuration's order."""
+    return {protocol_of(plan.normalize(config, Setting.of(UNDEFENDED, 0, overrides)).label):
+            name for name, overrides in (config["protocols"] or {}).items()}
+
+
 def aggregate(config: dict, results: Path) -> None:
     """The standard tables and figures and report.md (with every target's result)."""
     # Imported by the job, not with the declaration: every Snakemake start (and each
@@ -121,7 +129,7 @@ def aggregate(config: dict, results: Path) -> None:
     made = report.write_tables(files("fl_run"), files("attack"), evalnet_json,
                                results / "tables", [n for n in names if "attribute" not in n],
                                stronger=report.defense_directions(config),
-                               protocols=plan.protocol_names(config))
+                               protocols=protocol_names(config))
     if "attribute" in names:
         made.update(report.write_attribute_tables(files("attribute"), results / "tables"))
     drawn = report.write_figures(made, files("attack"), results / "figures",
