@@ -169,7 +169,7 @@ def test_the_manual_protocol_smoke_run_writes_both_matched_utility_tables_side_b
     assert set(matched["protocol"]) == {"fedsgd", "fedavg"}  # as config/protocol.yaml names them
     assert set(matched["attacker"]) == {"paper", "adaptive", "strongest"}
     ranking = pd.read_csv(results / "tables" / "protocol_ranking.csv", keep_default_na=False)
-    assert list(dict.fromkeys(ranking["protocol"])) == ["fedsgd", "fedavg"]  # its order
+    assert list(dict.fromkeys(ranking["protocol"])) == ["fedsgd", "fedavg"]  # FedSGD's first
     utility = pd.read_csv(results / "tables" / "utility.csv").set_index("defense")
     assert utility.loc["none~fl.local_steps=5", "pmm"] == pytest.approx(100.0)
     report = (results / "report.md").read_text()

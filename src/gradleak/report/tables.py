@@ -243,7 +243,8 @@ def write_tables(fl_files: list[Path], attack_files: list[Path], evalnet_files: 
     return every table built, by name. ``stronger``: each defense label's direction
     (``matched_utility.defense_directions``) for the matched-utility curves. ``protocols``:
     each protocol's overrides (``fl.local_steps=5``; empty: as configured) -> its name in
-    the configuration, in its order, which the tables' ``protocol`` column then holds."""
+    the configuration, which the tables' ``protocol`` column then holds, the ranking's
+    protocols in this order."""
     utility = utility_table(fl_files)
     privacy = privacy_table(attack_files)
     tradeoff = tradeoff_table(utility, privacy)

@@ -105,9 +105,11 @@ def undeclared_departures(config: dict, results: Path) -> list[str]:
 
 def protocol_names(config: dict) -> dict[str, str]:
     """Each of ``protocols:``' overrides as the setting labels carry them (empty: as
-    configured) -> the protocol's name, in the configuration's order."""
-    return {protocol_of(plan.normalize(config, Setting.of(UNDEFENDED, 0, overrides)).label):
-            name for name, overrides in (config["protocols"] or {}).items()}
+    configured) -> the protocol's name; the one without overrides first, the others by
+    their overrides (the resolved configuration keeps no order of its keys)."""
+    return dict(sorted(
+        (protocol_of(plan.normalize(config, Setting.of(UNDEFENDED, 0, overrides)).label), name)
+        for name, overrides in (config["protocols"] or {}).items()))
 
 
 def aggregate(config: dict, results: Path) -> None:
