@@ -48,7 +48,7 @@ SUMMARY_COLUMNS = [*KEYS, "protocol", "first", "versus", "versus_first", "first_
 
 def protocol_ranking(matched: pd.DataFrame, order: Sequence[str] = ()) -> pd.DataFrame:
     """The long table of ranks (see the module docstring); empty with one protocol. The
-    protocols in ``order`` (the configuration's) come first, in it, the rest by name."""
+    protocols named in ``order`` come first, in that order, the rest by name."""
     if matched.empty or matched["protocol"].nunique() < 2:
         return pd.DataFrame(columns=RANKING_COLUMNS)
     table = matched.copy()
