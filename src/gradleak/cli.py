@@ -5,8 +5,10 @@ usable without Snakemake), and the commands that read a configuration without ru
 phase.
 
 Argument parsing only. A phase's command reads the validated configuration
-(``--config``), imports its phase's module alone and calls its job with the job's
-identity; outputs go under ``--results`` (default ``results``).
+(``--config``; a run's own file as it is, ``experiment.resolved``), imports its phase's
+module alone and calls its job with the job's identity; outputs go under ``--results``
+(default ``results``). Every other module loads where a command uses it, so that a light
+job (a table and a figure) does not import torch.
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from gradleak import config as cfg
-from gradleak.experiment import code, configuration, kept, phases
+from gradleak.experiment import phases, resolved
 from gradleak.experiment.phase import WILDCARDS
 
 
@@ -33,7 +34,8 @@ def _list(args, config: dict | None) -> None:
 
 
 def _validate(args, config: dict) -> None:
-    from gradleak.experiment import claims, plan
+    from gradleak import config as cfg
+    from gradleak.experiment import claims, configuration, plan
 
     if args.scale:  # as `snakemake --config scale=reduced`: its overrides merged in
         config = configuration.validate({**cfg.read(args.config), "scale": args.scale})
@@ -73,7 +75,8 @@ def _targets(args, config: dict | None) -> None:
 
 
 def _estimate(args, config: dict) -> None:
-    from gradleak.experiment import estimate
+    from gradleak import config as cfg
+    from gradleak.experiment import configuration, estimate
 
     if args.scale:  # as `snakemake --config scale=reduced`: its overrides merged in
         config = configuration.validate({**cfg.read(args.config), "scale": args.scale})
@@ -128,10 +131,13 @@ def _verify(args, config: dict | None) -> None:
 
 
 def _clean(args, config: dict) -> None:
+    from gradleak.experiment import kept
+
     print(kept.clean(config, args.results, args.remove), end="")
 
 
 def _dvc_yaml(args, config: dict | None) -> None:
+    from gradleak.experiment import code
     from gradleak.experiment.dvc import dvc_yaml
 
     if warning := code.foreign(args.root):
@@ -212,8 +218,11 @@ POSITIONAL = ("configs", "claims", "target_names")
 def _run_phase(phase):
     def run(args, config: dict) -> None:
         identity = {w: getattr(args, w) for w in phase.wildcards}
-        pieces = {"resume": kept.resume(phase, config, args.results, identity)} \
-            if phase.resumable else {}
+        pieces = {}
+        if phase.resumable:  # what a killed job kept
+            from gradleak.experiment import kept
+
+            pieces["resume"] = kept.resume(phase, config, args.results, identity)
         phase.run(config, args.results, **identity, **pieces)
     return run
 
@@ -248,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     name = argv[0].replace("-", "_") if argv else ""
     args = _parser(argv[0] if name in phases.NAMES else None).parse_args(argv)
     try:
-        config = configuration.load(args.config) if hasattr(args, "config") else None
+        config = resolved.load(args.config) if hasattr(args, "config") else None
         args.func(args, config)
     except (OSError, ValueError) as exc:  # bad input, missing or corrupted files, disk full
         print(f"gradleak {args.command}: error: {exc}", file=sys.stderr)

@@ -25,7 +25,7 @@ if STALE_LOCK:
 
 from gradleak import config as gradleak_config
 from gradleak.experiment import claims, cluster, code, configuration, paths, phases, pipeline
-from gradleak.experiment import priors
+from gradleak.experiment import priors, resolved
 from gradleak.experiment.phase import WILDCARDS
 from gradleak.experiment.phase import typed as job_identity
 from gradleak.experiment.phases.prepare_data import missing, victim_problems
@@ -84,6 +84,7 @@ except (OSError, ValueError):  # absent, or damaged by hand: written anew
     CONFIG_CURRENT = False
 if not CONFIG_CURRENT:
     write_json(CONFIG_JSON, config)
+resolved.export(CONFIG_JSON)  # the jobs read it without validating it again
 JOBS = pipeline.walk(config, RESULTS)
 WILDCARD_CONSTRAINTS = {name: constraint for name, (constraint, _) in WILDCARDS.items()}
 MISSING = missing(config, RESULTS, [job["dataset"] for job in JOBS["prepare_data"]])

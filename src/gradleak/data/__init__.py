@@ -1,27 +1,32 @@
-"""Datasets, splits, client partitions and prepared-data manifests."""
+"""Datasets, splits, client partitions and prepared-data manifests.
 
-from gradleak.data.adult import load_adult
-from gradleak.data.audiomnist import load_audiomnist
-from gradleak.data.celeba import load_celeba
-from gradleak.data.datasets import DATASETS, load, load_natural
-from gradleak.data.digit_attributes import load_digits_attributes, load_mnist_attributes
-from gradleak.data.digits import load_digits, load_mnist
-from gradleak.data.image_data import ImageData
-from gradleak.data.lfw import load_lfw
-from gradleak.data.prepared import attribute_classes, load_prepared, prepare, read_manifest
-from gradleak.data.splits import (
-    attribute_partition,
-    client_dirichlet_partition,
-    dirichlet_partition,
-    iid_partition,
-    partition,
-    stratified_splits,
-)
+The names below load their module on first use (PEP 562), so that a torch-free module
+of the package (``data.attribute_counts``, read by the plan) does not import every
+loader with it.
+"""
 
-__all__ = [
-    "DATASETS", "ImageData", "load", "load_digits", "load_mnist", "load_natural",
-    "load_adult", "load_audiomnist", "load_celeba", "load_digits_attributes", "load_lfw",
-    "load_mnist_attributes", "attribute_classes", "load_prepared", "prepare", "read_manifest",
-    "attribute_partition", "client_dirichlet_partition", "dirichlet_partition", "iid_partition",
-    "partition", "stratified_splits",
-]
+from __future__ import annotations
+
+import importlib
+
+_HOMES = {
+    "datasets": ("DATASETS", "load", "load_natural"),
+    "adult": ("load_adult",),
+    "audiomnist": ("load_audiomnist",),
+    "celeba": ("load_celeba",),
+    "digit_attributes": ("load_digits_attributes", "load_mnist_attributes"),
+    "digits": ("load_digits", "load_mnist"),
+    "image_data": ("ImageData",),
+    "lfw": ("load_lfw",),
+    "prepared": ("attribute_classes", "load_prepared", "prepare", "read_manifest"),
+    "splits": ("attribute_partition", "client_dirichlet_partition", "dirichlet_partition",
+               "iid_partition", "partition", "stratified_splits"),
+}
+_HOME = {name: module for module, names in _HOMES.items() for name in names}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,6 @@ import torch
 
 from gradleak.data.image_data import ImageData
 
-ADULT_CLASSES = {"race": 5, "sex": 2}
 ADULT_COLUMNS = ("age", "workclass", "fnlwgt", "education", "education-num", "marital-status",
                  "occupation", "relationship", "race", "sex", "capital-gain", "capital-loss",
                  "hours-per-week", "native-country", "income")

@@ -24,11 +24,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gradleak.data.adult import ADULT_CLASSES, adult_missing, load_adult
-from gradleak.data.audiomnist import AUDIOMNIST_CLASSES, audiomnist_missing, load_audiomnist
-from gradleak.data.celeba import CELEBA_CLASSES, celeba_missing, load_celeba
+from gradleak.data.adult import adult_missing, load_adult
+from gradleak.data.attribute_counts import CLASSES, GROUPS
+from gradleak.data.audiomnist import audiomnist_missing, load_audiomnist
+from gradleak.data.celeba import celeba_missing, load_celeba
 from gradleak.data.digit_attributes import (
-    DIGIT_ATTRIBUTES,
     load_digits_attributes,
     load_mnist_attributes,
     mnist_attributes_missing,
@@ -37,20 +37,8 @@ from gradleak.data.digit_attributes import (
 )
 from gradleak.data.digits import load_digits
 from gradleak.data.image_data import SHAPES, ImageData, to_channels
-from gradleak.data.lfw import LFW_CLASSES, lfw_missing, load_lfw
+from gradleak.data.lfw import lfw_missing, load_lfw
 
-CLASSES: dict[str, dict[str, int]] = {  # dataset -> attribute -> class count
-    "digits": {a: DIGIT_ATTRIBUTES[a] for a in ("ink", "slant", "stroke")},  # y: the digit
-    "digits_attributes": DIGIT_ATTRIBUTES,
-    "mnist_attributes": DIGIT_ATTRIBUTES,
-    "adult": ADULT_CLASSES,
-    "lfw": LFW_CLASSES,
-    "celeba": CELEBA_CLASSES,
-    "audiomnist": AUDIOMNIST_CLASSES,
-}
-# dataset -> attributes that group samples rather than being inferred (not in CLASSES; the
-# attribute track leaves them alone): a client partition of kind `attribute` reads them
-GROUPS: dict[str, tuple[str, ...]] = {"lfw": ("identity",)}
 LOADERS = {"digits_attributes": load_digits_attributes, "mnist_attributes": load_mnist_attributes,
            "adult": load_adult, "lfw": load_lfw, "celeba": load_celeba,
            "audiomnist": load_audiomnist}

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gradleak.data.attribute_counts import AUDIOMNIST_CLASSES
 from gradleak.data.image_data import ImageData
 
-AUDIOMNIST_CLASSES = {"gender": 2, "native": 2, "identity": 4, "accent": 2, "age": 3}
 AUDIO_RATE = 8000
 WAV_NAME = re.compile(r"(\d)_(\d+)_(\d+)\.wav")
 

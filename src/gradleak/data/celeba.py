@@ -17,7 +17,6 @@ import torch
 
 from gradleak.data.image_data import ImageData, resize_crops
 
-CELEBA_CLASSES = {"age": 2, "smiling": 2, "eyeglasses": 2}
 CELEBA_SPLITS = {"train": 0, "valid": 1, "test": 2, "all": None}
 
 

@@ -34,7 +34,6 @@ import torch
 from gradleak.data.digits import load_digits, load_mnist
 from gradleak.data.image_data import ImageData
 
-DIGIT_ATTRIBUTES = {"ink": 3, "slant": 3, "stroke": 3, "group": 2}
 TASKS = {"parity": 2, "digit": 10}
 
 

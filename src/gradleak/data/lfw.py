@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gradleak.data.attribute_counts import LFW_CLASSES
 from gradleak.data.image_data import ImageData, resize_crops
 
-LFW_CLASSES = {"race": 3, "gender": 2, "age": 5, "glasses": 3, "hair": 4}
 LFW_IMAGE_SETS = {"original": "lfw", "funneled": "lfw_funneled",
                   "deepfunneled": "lfw-deepfunneled"}  # torchvision's folder names
 LFW_GROUPS = {"race": ("Asian", "White", "Black"),

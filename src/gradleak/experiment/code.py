@@ -9,7 +9,9 @@ changed schema default re-runs what reads it that way.
 
 Read from the source with ``ast``, nothing imported: every ``import gradleak...`` and
 ``from gradleak... import ...``, at the top of a module or inside a function, and the
-``__init__.py`` of every package on the way (Python runs it before the module). The package
+``__init__.py`` of every package on the way (Python runs it before the module). A package
+whose names load their modules on first use (``_HOMES``: ``data``, ``metrics``) counts as
+importing all of them, as it did when it imported them itself. The package
 imports its phase modules and artifact loaders by name (``experiment.phases.load``), which
 is why they are named here explicitly.
 """
@@ -82,7 +84,17 @@ def imports(module: str, root: Path = ROOT) -> frozenset[str]:
             for alias in node.names:  # a submodule, else a name of the module itself
                 sub = f"{node.module}.{alias.name}"
                 found.add(sub if file_of(sub, root) is not None else node.module)
+    found |= {f"{module}.{home}" for home in _lazy_homes(tree)}
     return frozenset(name for name in found if file_of(name, root) is not None)
+
+
+def _lazy_homes(tree: ast.Module) -> list[str]:
+    """The modules of a package's ``_HOMES`` (its names loaded on first use, PEP 562)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(n, "id", None) for n in node.targets] \
+                == ["_HOMES"]:
+            return list(ast.literal_eval(node.value))
+    return []
 
 
 def closure(modules: Iterable[str], root: Path = ROOT) -> list[Path]:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from gradleak.experiment import paths, plan
 from gradleak.experiment.studies import registry as studies
-from gradleak.metrics.utility import pmm
+from gradleak.metrics.maintenance import pmm
 from gradleak.report.tables import fl_rows, load_record, victim_rows
 from gradleak.report.target_data import TargetInputs
 from gradleak.settings import PAPER, Setting

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gradleak import config as cfg
-from gradleak import data
+from gradleak.data import attribute_counts
 from gradleak.experiment import claim_rows
 from gradleak.settings import ATTACK_ONLY_KEYS, UNDEFENDED, Setting, frozen, number_text
 
@@ -40,8 +40,8 @@ def case_name(case: dict) -> str:
 def _check_partition_attribute(case: dict) -> None:
     """ConfigError unless the case's dataset has the attribute its partition groups by."""
     dataset, wanted = case["dataset"], case["partition"]["attribute"]
-    known = sorted({*data.attributes.CLASSES.get(dataset, {}),
-                    *data.attributes.GROUPS.get(dataset, ())})
+    known = sorted({*attribute_counts.CLASSES.get(dataset, {}),
+                    *attribute_counts.GROUPS.get(dataset, ())})
     if wanted not in known:
         raise cfg.ConfigError(f"invalid config: case {dataset}/{case['model']} "
                               f"'partition.attribute': {wanted!r} is not an attribute of "
@@ -258,7 +258,7 @@ def fl_settings(config: dict) -> list[tuple[str, Setting]]:
 def attributes(config: dict, case: str) -> list[str]:
     """The sensitive attributes the attribute track infers for ``case`` (empty: an image
     task without attributes)."""
-    names = sorted(data.attributes.CLASSES.get(find_case(config, case)["dataset"], {}))
+    names = sorted(attribute_counts.CLASSES.get(find_case(config, case)["dataset"], {}))
     wanted = config["attribute"]["attributes"]
     return names if wanted is None else [a for a in wanted if a in names]
 

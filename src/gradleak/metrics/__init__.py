@@ -1,19 +1,26 @@
 """Image metrics (after optimal matching), layer-wise errors of recovered layer inputs,
-utility metrics and the attack success rate."""
+utility metrics and the attack success rate.
 
-from gradleak.metrics.image import (
-    lpips,
-    lpips_unavailable_reason,
-    match,
-    mse,
-    noise_ratio,
-    psnr,
-    ssim,
-    stlpips,
-)
-from gradleak.metrics.layers import layer_errors, layer_inputs
-from gradleak.metrics.utility import accuracy, evaluate, pmm
+The names below load their module on first use (PEP 562): the tables read
+``metrics.maintenance.pmm`` without importing torch.
+"""
 
-__all__ = ["accuracy", "evaluate", "layer_errors", "layer_inputs", "lpips",
-           "lpips_unavailable_reason", "match", "mse", "noise_ratio", "pmm", "psnr", "ssim",
-           "stlpips"]
+from __future__ import annotations
+
+import importlib
+
+_HOMES = {
+    "image": ("lpips", "lpips_unavailable_reason", "match", "mse", "noise_ratio", "psnr",
+              "ssim", "stlpips"),
+    "layers": ("layer_errors", "layer_inputs"),
+    "utility": ("accuracy", "evaluate"),
+    "maintenance": ("pmm",),
+}
+_HOME = {name: module for module, names in _HOMES.items() for name in names}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,8 +1,7 @@
-"""Utility metrics: accuracy and Refiner's performance-maintenance metric (PMM, §5.3)."""
+"""Utility metrics: accuracy and test loss (Refiner's PMM of them: ``metrics.maintenance``)."""
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -27,13 +26,3 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> float:
     """Top-1 accuracy of ``model`` on (x, y), in eval mode (the model's mode is restored)."""
     return evaluate(model, x, y, batch_size)["accuracy"]
-
-
-def pmm(defense_accuracy, original_accuracy):
-    """PMM = defense_acc / original_acc x 100 (Refiner §5.3); numbers, arrays or Series.
-
-    A missing (NaN) original accuracy gives NaN; a non-positive one is an error.
-    """
-    if np.any(np.asarray(original_accuracy, dtype=float) <= 0):
-        raise ValueError(f"original accuracy must be > 0 to compute PMM, got {original_accuracy}")
-    return 100.0 * defense_accuracy / original_accuracy

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gradleak.metrics.utility import pmm
+from gradleak.metrics.maintenance import pmm
 from gradleak.report.intervals import interval
 from gradleak.report.matched_utility import matched_utility
 from gradleak.report.protocol_ranking import protocol_ranking

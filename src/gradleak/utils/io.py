@@ -1,4 +1,7 @@
-"""Atomic writers: every artifact is written to a temporary file, then renamed."""
+"""Atomic writers: every artifact is written to a temporary file, then renamed.
+
+torch loads only where a tensor file is written or read, so that the table and figure jobs,
+which write JSON, CSV and PNG files alone, do not import it."""
 
 from __future__ import annotations
 
@@ -14,10 +17,12 @@ import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 class ArtifactError(ValueError):
@@ -137,6 +142,8 @@ def save_torch(path: str | os.PathLike, obj: Any) -> Path:
     """``obj`` (tensors, numbers, strings and containers) with every tensor on the CPU, so a
     file written by a CUDA job loads anywhere with ``weights_only=True``; the same object
     gives the same bytes wherever it is written (what DVC hashes)."""
+    import torch
+
     from gradleak.utils.device import to_device
 
     cpu = to_device(obj, "cpu")
@@ -156,6 +163,8 @@ def load_torch(path: str | os.PathLike, mmap: bool = False) -> Any:
     read (their keys and shapes checked cheaply; a legacy non-zip file is read whole).
     FileNotFoundError when it is absent, ArtifactError naming it when it is truncated,
     corrupted or holds other objects."""
+    import torch
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
