@@ -21,6 +21,12 @@ __all__ = sorted(_HOME)
 
 
 def __getattr__(name: str):
+    """A name of ``_HOMES`` from its module, or a submodule (``data.datasets``) by name."""
     if name in _HOME:
         return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as err:
+        if err.name != f"{__name__}.{name}":
+            raise
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
