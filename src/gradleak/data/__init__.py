@@ -7,7 +7,7 @@ loader with it.
 
 from __future__ import annotations
 
-import importlib
+from gradleak.utils.lazy import names_of
 
 _HOMES = {
     "datasets": ("DATASETS", "load", "load_natural"),
@@ -22,17 +22,5 @@ _HOMES = {
     "splits": ("attribute_partition", "client_dirichlet_partition", "dirichlet_partition",
                "iid_partition", "partition", "stratified_splits"),
 }
-_HOME = {name: module for module, names in _HOMES.items() for name in names}
-__all__ = sorted(_HOME)
-
-
-def __getattr__(name: str):
-    """A name of ``_HOMES`` from its module, or a submodule (``data.datasets``) by name."""
-    if name in _HOME:
-        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as err:
-        if err.name != f"{__name__}.{name}":
-            raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = sorted(name for names in _HOMES.values() for name in names)
+__getattr__ = names_of(__name__, _HOMES)

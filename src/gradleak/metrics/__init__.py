@@ -7,7 +7,7 @@ The names below load their module on first use (PEP 562): the tables read
 
 from __future__ import annotations
 
-import importlib
+from gradleak.utils.lazy import names_of
 
 _HOMES = {
     "image": ("lpips", "lpips_unavailable_reason", "match", "mse", "noise_ratio", "psnr",
@@ -16,17 +16,5 @@ _HOMES = {
     "utility": ("accuracy", "evaluate"),
     "maintenance": ("pmm",),
 }
-_HOME = {name: module for module, names in _HOMES.items() for name in names}
-__all__ = sorted(_HOME)
-
-
-def __getattr__(name: str):
-    """A name of ``_HOMES`` from its module, or a submodule (``data.datasets``) by name."""
-    if name in _HOME:
-        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as err:
-        if err.name != f"{__name__}.{name}":
-            raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = sorted(name for names in _HOMES.values() for name in names)
+__getattr__ = names_of(__name__, _HOMES)
