@@ -25,8 +25,10 @@ def test_the_validated_bytes_are_read_as_they_are_and_any_other_file_is_validate
     path, config = _resolved(tmp_path)
     monkeypatch.delenv(resolved.VALIDATED, raising=False)
     resolved.export(path)
-    monkeypatch.setattr(configuration, "load", lambda p: (_ for _ in ()).throw(
-        AssertionError("validated again")))
+    def validated_again(path):
+        raise AssertionError(f"{path} validated again")
+
+    monkeypatch.setattr(configuration, "load", validated_again)
     assert resolved.load(path) == config
     edited = json.loads(path.read_text())
     edited["fl"]["rounds"] = -1
