@@ -66,21 +66,38 @@ def test_a_second_clone_names_its_own_files_and_says_when_the_imported_package_d
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 @pytest.mark.parametrize("scale", ["full", "reduced", "smoke"])
-def test_every_job_reads_only_outputs_of_the_phases_it_declares(path, scale, tmp_path):
+def test_every_shipped_plan_reads_only_the_phases_each_declares(path, scale, tmp_path):
     """``Phase.reads`` (DVC's stage dependencies) holds every phase whose outputs a job of
-    the walk reads, in every configuration the project ships."""
+    the walk reads, in every configuration the project ships (the walk refuses one that
+    does not, next test)."""
     config = configuration.validate({**cfg.read(path), "scale": scale})
     jobs = pipeline.walk(config, tmp_path)
-    made = {str(out): name for name in phases.NAMES for identity in jobs[name]
-            for out in pipeline.job_outputs(phases.load(name), config, tmp_path, identity,
-                                            jobs)}
-    for name in phases.NAMES:
-        phase = phases.load(name)
-        for identity in jobs[name]:
-            read = {made[str(f)] for f in pipeline.job_inputs(phase, config, tmp_path,
-                                                              identity, jobs)
-                    if str(f) in made}
-            assert read <= set(phase.reads), (name, identity, read - set(phase.reads))
+    assert jobs["fl_run"] and jobs["aggregate"]
+
+
+def test_a_job_reading_a_phase_its_own_does_not_declare_stops_the_plan(monkeypatch, tmp_path):
+    """Decision 0108: for any configuration, not only the shipped ones; the error names the
+    phase to add."""
+    import dataclasses
+
+    config = configuration.load(REPO / "config" / "test.yaml")
+    load = phases.load
+    attack = load("attack")
+    forgetful = dataclasses.replace(attack, reads=tuple(r for r in attack.reads
+                                                        if r != "fl_run"))
+    monkeypatch.setattr(phases, "load", lambda name: forgetful if name == "attack"
+                        else load(name))
+    with pytest.raises(ValueError, match=r"phase 'attack': job .* an output of phase "
+                                         r"'fl_run'; expected 'fl_run' in its reads"):
+        pipeline.walk(config, tmp_path)
+
+
+def test_a_phase_that_gathers_what_it_does_not_read_is_refused():
+    import dataclasses
+
+    aggregate = phases.load("aggregate")
+    with pytest.raises(ValueError, match="gathers .* expected each in its reads"):
+        dataclasses.replace(aggregate, reads=aggregate.reads[1:])
 
 
 def _code(name: str) -> set[str]:

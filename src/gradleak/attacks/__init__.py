@@ -19,10 +19,11 @@ from gradleak.attacks import (  # noqa: F401  (registration)
     rgap,
     rog,
 )
-from gradleak.attacks.base import Reconstruction, available, build, needs
+from gradleak.attacks.base import Attack, available, build, needs
 from gradleak.attacks.early_stopping import Stopper
-from gradleak.attacks.engine import Attack, reconstruct_all
+from gradleak.attacks.engine import reconstruct_all
 from gradleak.attacks.label_inference import batch_labels, idlg_label, infer_labels
+from gradleak.attacks.reconstruction import Reconstruction
 from gradleak.attacks.stage import Stage, image_start
 from gradleak.types import Observation
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from gradleak.attacks.base import register, stopper_from
-from gradleak.attacks.engine import Attack
+from gradleak.attacks.base import Attack, register, stopper_from
 from gradleak.attacks.stage import Stage
 from gradleak.attacks.victims import Victims
 from gradleak.types import Observation

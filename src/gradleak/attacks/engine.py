@@ -25,67 +25,26 @@ copies (``epoch_copies.EpochCopies``) adds their prior and is merged at the end.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
 
-from gradleak.attacks.base import Reconstruction
 from gradleak.attacks.bn_statistics import batchnorm_layers
-from gradleak.attacks.early_stopping import Stopper
 from gradleak.attacks.epoch_copies import EpochCopies, merged
 from gradleak.attacks.gradient_sequence import ObservedSequence, mismatch
+from gradleak.attacks.reconstruction import Reconstruction
 from gradleak.attacks.stacked_gradients import StackedModel, forming_pays, unsupported
 from gradleak.attacks.victims import Victims
 from gradleak.types import Observation
 
+if TYPE_CHECKING:  # annotations only: base.Attack runs its victims through this module
+    from gradleak.attacks.base import Attack
+
 ENGINES = ("auto", "stacked", "loop")
 # (first victim of a chunk, how to attack the chunk) -> its reconstructions
 Kept = Callable[[int, Callable[[], list[Reconstruction]]], list[Reconstruction]]
-
-
-class Attack:
-    """An optimisation attack stated once: ``stage(victims)`` for one stage, or
-    ``reconstruct(victims)`` for several; the engine decides how they run. Subclasses set
-    ``restarts``, ``seed`` and ``stopper``; ``forms_gradients`` when each problem's trial
-    gradient is formed (an L2 distance, a transformation) and stacking it was measured to
-    pay only on small models, ``vectorisable = False`` to take victims one at a time
-    (CMA-ES), ``records_snapshots = False`` when snapshots are not one stage's,
-    ``sequences = True`` when its cost is its stages' on the victims' uploads alone (no
-    reading of ``obs.gradient`` or ``obs.model`` of its own), so that on a sequence victim
-    (``gradient_sequence.ObservedSequence``) it sums over the uploads; ``optimizer`` its
-    stages' (what `gradleak estimate` prices an iteration as)."""
-
-    restarts: int = 1
-    optimizer: str = "adam"
-    seed: int = 0
-    stopper: Stopper | None = None
-    forms_gradients: bool = False
-    vectorisable: bool = True
-    records_snapshots: bool = True
-    sequences: bool = False
-
-    @classmethod
-    def budget(cls, params: Mapping[str, Any]) -> int:
-        """Gradient-matching iterations of one restart on one victim, from the resolved
-        parameters (what `gradleak estimate` prices, ``experiment.estimate``); an attack
-        with several stages or none overrides it."""
-        return params["iterations"]
-
-    @classmethod
-    def check_config(cls, params: Mapping[str, Any], config: Mapping, where: str) -> None:
-        """ConfigError naming ``where`` (the parameters' key path) unless the resolved
-        ``params`` fit the pipeline's ``config`` (a rule of this attack between its
-        parameters and another section); before any job. None by default."""
-
-    def reconstruct(self, victims: Victims) -> list[Reconstruction]:
-        """One Reconstruction per victim of the chunk, from the subclass's ``stage``."""
-        return victims.reconstructions(victims.solve(self.stage(victims)))
-
-    def __call__(self, obs: Observation, snapshots: Collection[int] = ()) -> Reconstruction:
-        """Reconstruct one victim (its restarts stacked where that pays)."""
-        return reconstruct_all(self, [obs], snapshots)[0]
 
 
 def stacks(attack: Attack, observations: Sequence[Observation]) -> bool:

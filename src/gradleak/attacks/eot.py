@@ -52,9 +52,9 @@ from typing import Any
 
 import torch
 
-from gradleak.attacks.base import Reconstruction, build, needs, register, registered
-from gradleak.attacks.engine import Attack
+from gradleak.attacks.base import Attack, build, needs, register, registered
 from gradleak.attacks.label_inference import infer_labels
+from gradleak.attacks.reconstruction import Reconstruction
 from gradleak.attacks.stage import RestartTransforms
 from gradleak.attacks.victims import Victims
 from gradleak.defenses import Defense

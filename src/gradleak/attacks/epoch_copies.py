@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from gradleak.attacks.base import Reconstruction
 from gradleak.attacks.label_inference import infer_labels
+from gradleak.attacks.reconstruction import Reconstruction
 from gradleak.types import Observation
 
 

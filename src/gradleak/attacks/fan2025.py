@@ -38,9 +38,9 @@ import torch
 from scipy.ndimage import median_filter
 from torch.func import functional_call, vmap
 
-from gradleak.attacks.base import Reconstruction, register, stopper_from
-from gradleak.attacks.engine import Attack
+from gradleak.attacks.base import Attack, register, stopper_from
 from gradleak.attacks.objectives import FORMED_DISTANCES, RESIDUAL_DISTANCES
+from gradleak.attacks.reconstruction import Reconstruction
 from gradleak.attacks.stage import Stage, Variables, image_start
 from gradleak.attacks.victims import Victims
 from gradleak.models.dip import DeepImagePrior

@@ -56,9 +56,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from gradleak.attacks.base import Reconstruction, register, stopper_from
+from gradleak.attacks.base import Attack, register, stopper_from
 from gradleak.attacks.bn_statistics import bn_loss, checked, stacked_statistics
-from gradleak.attacks.engine import Attack
 from gradleak.attacks.objectives import RESIDUAL_DISTANCES
 from gradleak.attacks.prior import (
     GeneratorPrior,
@@ -68,6 +67,7 @@ from gradleak.attacks.prior import (
     rendered,
     to_model_input,
 )
+from gradleak.attacks.reconstruction import Reconstruction
 from gradleak.attacks.stage import Prior, Solution, Stage, image_start
 from gradleak.attacks.victims import Victims
 from gradleak.config import ConfigError

@@ -37,10 +37,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradleak.attacks.base import Reconstruction, register, stopper_from
-from gradleak.attacks.engine import Attack
+from gradleak.attacks.base import Attack, register, stopper_from
 from gradleak.attacks.gga import adaptive_transform, ramped
 from gradleak.attacks.prior import as_prior, frozen_copy, rendered
+from gradleak.attacks.reconstruction import Reconstruction
 from gradleak.attacks.stage import Stage
 from gradleak.attacks.victims import Victims
 from gradleak.needs import Need

@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import torch
 
-from gradleak.attacks.base import Reconstruction, register, stopper_from
+from gradleak.attacks.base import Attack, register, stopper_from
 from gradleak.attacks.bn_statistics import Statistics, bn_loss, checked, stacked_statistics
-from gradleak.attacks.engine import Attack
+from gradleak.attacks.reconstruction import Reconstruction
 from gradleak.attacks.stage import Prior, Stage, image_start
 from gradleak.attacks.victims import Victims
 from gradleak.needs import Need

@@ -13,8 +13,7 @@ Fig. A3) the cost is summed over the uploads, each on its images.
 
 from __future__ import annotations
 
-from gradleak.attacks.base import register, stopper_from
-from gradleak.attacks.engine import Attack
+from gradleak.attacks.base import Attack, register, stopper_from
 from gradleak.attacks.objectives import FORMED_DISTANCES, RESIDUAL_DISTANCES
 from gradleak.attacks.stage import Stage, image_start
 from gradleak.attacks.victims import Victims

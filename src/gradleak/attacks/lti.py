@@ -32,9 +32,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from gradleak.attacks.base import Reconstruction, register
-from gradleak.attacks.engine import Attack
+from gradleak.attacks.base import Attack, register
 from gradleak.attacks.label_inference import infer_labels
+from gradleak.attacks.reconstruction import Reconstruction
 from gradleak.attacks.victims import Victims
 from gradleak.config import ConfigError
 from gradleak.needs import Need

@@ -64,10 +64,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gradleak.attacks.base import Reconstruction, register
-from gradleak.attacks.engine import Attack
+from gradleak.attacks.base import Attack, register
 from gradleak.attacks.gias import MILESTONES
 from gradleak.attacks.prior import frozen_copy, latent_dim, rendered
+from gradleak.attacks.reconstruction import Reconstruction
 from gradleak.attacks.rgap_system import analysed, solve, system_cost
 from gradleak.attacks.stage import Stage
 from gradleak.attacks.victims import Victims

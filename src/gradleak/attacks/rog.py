@@ -24,8 +24,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from gradleak.attacks.base import register, stopper_from
-from gradleak.attacks.engine import Attack
+from gradleak.attacks.base import Attack, register, stopper_from
 from gradleak.attacks.objectives import RESIDUAL_DISTANCES
 from gradleak.attacks.stage import Stage, Variables
 from gradleak.attacks.victims import Victims

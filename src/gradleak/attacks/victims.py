@@ -12,7 +12,6 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from gradleak.attacks.base import Reconstruction
 from gradleak.attacks.bn_statistics import preserved_buffers
 from gradleak.attacks.early_stopping import copies
 from gradleak.attacks.epoch_copies import EpochCopies, order_invariant_prior
@@ -24,6 +23,7 @@ from gradleak.attacks.objectives import (
     penalty,
 )
 from gradleak.attacks.optimization import Objective, Trajectory, optimize
+from gradleak.attacks.reconstruction import Reconstruction
 from gradleak.attacks.stacked_gradients import StackedModel
 from gradleak.attacks.stage import (
     Loss,

@@ -113,8 +113,10 @@ class Phase:
       ``artifacts(config, results, identity)``: the artifacts it loads (``needs.artifact``
       names), whose files it waits for and whose loaders' code it runs.
     - ``gathers``: phases whose every job's outputs a job reads (the aggregation).
-    - ``reads``: the phases whose outputs its jobs may read (DVC's stages;
-      ``tests/test_phases.py`` checks it against every configuration's plan).
+    - ``reads``: the phases whose outputs its jobs may read, ``gathers`` among them: DVC's
+      stage dependencies, one graph for every configuration, so declared rather than
+      derived from one plan; ``pipeline.walk`` refuses a job that reads any other phase's
+      outputs (docs/decisions/0108-reads-declared-and-enforced.md).
     - ``folders``: the folders (a name with a suffix: the file) under results/ it writes
       (DVC's outputs).
     - ``params(config, results, identity)``: the configuration values it reads (a change
@@ -170,6 +172,9 @@ class Phase:
             raise ValueError(f"phase {self.name!r}: unknown wildcard {unknown} or start-up "
                              f"{self.startup!r}; expected wildcards of {sorted(WILDCARDS)} "
                              f"and a start-up of {sorted(STARTUPS)}")
+        if not set(self.gathers) <= set(self.reads):
+            raise ValueError(f"phase {self.name!r}: gathers {list(self.gathers)}; expected "
+                             f"each in its reads {list(self.reads)}")
 
     @property
     def command(self) -> str:

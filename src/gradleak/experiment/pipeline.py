@@ -4,7 +4,8 @@ come from here.
 
 :func:`walk` finds every job: the ones each phase's plan asks for (``planned``), then,
 file by file, the job whose output each job reads (matched against every phase's output
-patterns, as Snakemake matches them), until nothing new is needed. A phase that
+patterns, as Snakemake matches them), until nothing new is needed; a job that reads an
+output of a phase its own does not declare in ``reads`` is an error. A phase that
 ``gathers`` (the aggregation) reads the outputs of every job of the phases it names.
 A job's code is ``experiment.code``'s, ``dvc.yaml`` ``experiment.dvc``'s.
 """
@@ -95,6 +96,7 @@ def walk(config: dict, results: Path) -> Jobs:
             for regex, producer in producers:
                 match = regex.fullmatch(str(path))
                 if match:
+                    _check_reads(phase, identity, path, producer)
                     todo.append((producer, _typed(match.groupdict())))
                     break
     jobs = {name: [found[name][k] for k in sorted(found[name])] for name in phases.NAMES}
@@ -102,6 +104,15 @@ def walk(config: dict, results: Path) -> Jobs:
         if phase.gathers:
             jobs[phase.name] = phase.planned(config) or [{}]
     return jobs
+
+
+def _check_reads(phase: Phase, identity: Identity, path: Path, producer: Phase) -> None:
+    """A job may read only outputs of the phases its phase's ``reads`` declares: DVC's
+    stages depend on those folders (``experiment.dvc``), for every configuration."""
+    if producer.name != phase.name and producer.name not in phase.reads:
+        raise ValueError(f"phase {phase.name!r}: job {dict(identity)} reads {path}, an output "
+                         f"of phase {producer.name!r}; expected {producer.name!r} in its "
+                         f"reads {list(phase.reads)}")
 
 
 def _typed(values: dict[str, str]) -> Identity:
