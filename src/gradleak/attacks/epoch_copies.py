@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
-from scipy.optimize import linear_sum_assignment
 
 from gradleak.attacks.label_inference import infer_labels
 from gradleak.attacks.reconstruction import Reconstruction
@@ -64,6 +63,8 @@ def order_invariant_prior(images: torch.Tensor, epochs: int) -> torch.Tensor:
 def matched(reference: torch.Tensor, copy: torch.Tensor) -> torch.Tensor:
     """``copy``'s images (N, ...) reordered to ``reference``'s: the assignment of highest
     summed PSNR."""
+    from scipy.optimize import linear_sum_assignment  # imported on use: slow to import
+
     mse = (reference.unsqueeze(1) - copy.unsqueeze(0)).square().flatten(2).mean(2)
     rows, cols = linear_sum_assignment((10 * torch.log10(mse.clamp_min(1e-10))).cpu().numpy())
     return copy[torch.from_numpy(cols[rows.argsort()]).to(copy.device)]

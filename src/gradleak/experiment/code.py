@@ -72,12 +72,25 @@ def file_of(module: str, root: Path = ROOT) -> Path | None:
     return None
 
 
+def _statements(tree: ast.AST):
+    """Every statement of ``tree``, nested ones too (an import is one): ``ast.walk`` less
+    the expressions, which hold no statement and are most of a module's nodes."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for value in vars(node).values():
+            if isinstance(value, list):
+                todo += [v for v in value
+                         if isinstance(v, (ast.stmt, ast.excepthandler, ast.match_case))]
+
+
 @cache
 def imports(module: str, root: Path = ROOT) -> frozenset[str]:
     """The package's modules that ``module``'s source imports anywhere in it."""
     tree = ast.parse(file_of(module, root).read_text())
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
