@@ -20,12 +20,23 @@ os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 torch.set_num_threads(1)
 
 
+# session fixtures that train a network (half a minute each, ``made_once``): the tests that
+# use one run on one worker (an ``xdist_group`` of its name), which makes it while the other
+# workers run other tests instead of waiting on its lock
+TRAINED_ONCE = ("digits_generator", "natural_evalnet")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items):
     """The tests of an ``xdist_group`` first (a group shares minutes-long fixtures and runs
     on one worker), then the modules that hold a slow test, each whole and in its order:
     pytest-xdist hands tests out in this order as workers free up, so the long pipeline runs
     start at once and the short tests fill in at the end, instead of one worker finishing a
-    long run alone."""
+    long run alone. A test that uses a fixture of ``TRAINED_ONCE`` joins its group."""
+    for item in items:
+        trained = [f for f in TRAINED_ONCE if f in getattr(item, "fixturenames", ())]
+        if trained and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(trained[0]))
     slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: (item.get_closest_marker("xdist_group") is None,
                                  item.module.__name__ not in slow))

@@ -202,17 +202,19 @@ def test_a_study_writes_the_same_bytes_twice_and_its_figure(smoke_results, name,
         assert table.loc[("blend", 0), "mse"] > 0.01
 
 
-def test_a_study_with_more_images_than_prepared_fails_before_measuring(smoke_results):
-    smoke, roots = smoke_results
-    bad = copy.deepcopy(smoke)
+def test_a_study_with_more_images_than_prepared_fails_before_measuring(tmp_path):
+    """Before measuring: with the studies' data prepared and no evaluation network trained."""
+    bad = configuration.validate({**copy.deepcopy(REFINER), "scale": "smoke"})
+    for dataset in ("svhn", "cifar10"):
+        prepare_data(bad, tmp_path, dataset)
     bad["targets"]["fig6"]["study"]["images"] = 10_000
     with pytest.raises(ValueError, match=r"refiner_init study: 'images' 10000 is more than the "
                                          r"\d+ test images of 'cifar10'"):
-        run_study(bad, roots[1], "fig6")
+        run_study(bad, tmp_path, "fig6")
     bad["targets"]["fig4"]["study"]["images"] = 10_000
     with pytest.raises(ValueError, match=r"evalnet_blend study: 'images' 10000 is more than "
                                          r"the \d+ test images of 'svhn'"):
-        run_study(bad, roots[1], "fig4")
+        run_study(bad, tmp_path, "fig4")
 
 
 def test_table10_compares_only_the_numbers_the_paper_prints():
