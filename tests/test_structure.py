@@ -112,6 +112,13 @@ def _file_imports() -> dict[str, set[str]]:
     return graph
 
 
+def test_an_import_for_annotations_alone_is_no_edge():
+    tree = ast.parse("if TYPE_CHECKING:\n    import a\nelse:\n    import b\n"
+                     "def f():\n    import c\n")
+    assert sorted(n.names[0].name for n in _run_nodes(tree) if isinstance(n, ast.Import)) \
+        == ["b", "c"]
+
+
 def test_no_two_files_import_each_other_in_a_circle():
     graph = _file_imports()
     circles = []
