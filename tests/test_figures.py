@@ -78,7 +78,7 @@ def _figures() -> dict:
     tradeoff = _tradeoff()
     censor = tradeoff.pivot_table(index=["case", "defense", "strength"], columns="attack",
                                   values="psnr").add_suffix("_psnr").reset_index()
-    censor = censor.assign(accuracy=0.8, fallback_rate=0.0)
+    censor = censor.assign(protocol="", accuracy=0.8, fallback_rate=0.0)
     inputs = TargetInputs(_victims(), EMPTY, _history(), EMPTY)
     reference = {"columns": ["dataset", "threshold", "psnr"],
                  "rows": [["mnist", 1e-6, 12.0], ["cifar10", 1e-3, 9.0]]}

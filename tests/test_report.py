@@ -185,7 +185,8 @@ def test_censor_table_has_one_row_per_setting_and_four_metrics_per_attack() -> N
                             "fallback_rate": [0.0, 0.0, 0.25, 0.75]})
     table = censor_table(tradeoff, utility)
     assert table[["defense", "strength"]].values.tolist() == [["censor", 20.0], ["none", 0.0]]
-    assert list(table.columns[3:]) == ["accuracy", "fallback_rate"] + [
+    assert set(table["protocol"]) == {""}  # as configured
+    assert list(table.columns[4:]) == ["accuracy", "fallback_rate"] + [
         f"{a}_{m}" for a in ("dlg", "ig") for m in ("mse", "lpips", "stlpips", "psnr", "ssim")]
     assert table.loc[table["defense"] == "censor", "ig_psnr"].item() == 6.0
     assert table.loc[table["defense"] == "censor", "fallback_rate"].item() == 0.5
@@ -194,7 +195,8 @@ def test_censor_table_has_one_row_per_setting_and_four_metrics_per_attack() -> N
 def test_censor_tradeoff_labels_each_setting_with_its_fallback_rate() -> None:
     from gradleak.report.figures import censor_tradeoff
 
-    table = pd.DataFrame({"case": ["c"] * 3, "defense": ["none", "censor", "censor_alg1"],
+    table = pd.DataFrame({"case": ["c"] * 3, "protocol": [""] * 3,
+                          "defense": ["none", "censor", "censor_alg1"],
                           "strength": [0.0, 5.0, 5.0], "accuracy": [0.9, 0.1, 0.85],
                           "fallback_rate": [0.0, 0.0, 0.4], "dlg_psnr": [30.0, 8.0, 29.0],
                           "ig_psnr": [20.0, 7.0, 19.0]})
@@ -204,3 +206,31 @@ def test_censor_tradeoff_labels_each_setting_with_its_fallback_rate() -> None:
     assert sorted(t.get_text() for t in axes[0].texts) == ["0", "5", "5 (40% clean)"]
     assert [t.get_text() for t in fig.legends[0].get_texts()] == [
         "censor", "censor_alg1", "none"]
+
+
+def test_a_protocol_s_overrides_are_its_own_rows_of_table_i_not_an_ablation() -> None:
+    """A configuration whose only protocol has overrides (``protocols: {fedavg:
+    {fl.local_steps: 5}}``) tabulates and draws CENSOR's Table I under it; with two
+    protocols each has its rows, its FL run's accuracy and its panels."""
+    from gradleak.report.figures import censor_tradeoff
+    from gradleak.report.tables import censor_table
+
+    fedavg, batch = "~fl.local_steps=5", "~fl.local_steps=5~attack.protocol.batch_size=4"
+    tradeoff = _tradeoff_rows([
+        ("c", "none" + fedavg, 0.0, "ig", 100, 20.0, 0.7, 0.01, np.nan, 0.3, 0.2),
+        ("c", "censor" + fedavg, 20.0, "ig", 98, 6.0, 0.1, 0.2, np.nan, 0.3, 0.5),
+        ("c", "censor" + batch, 20.0, "ig", 98, 9.0, 0.2, 0.1, np.nan, 0.3, 0.4),
+    ])
+    utility = pd.DataFrame({"case": ["c"] * 2, "defense": ["none" + fedavg, "censor" + fedavg],
+                            "strength": [0.0, 20.0], "final_accuracy": [0.9, 0.7],
+                            "fallback_rate": [0.0, 0.25]})
+    table = censor_table(tradeoff, utility)
+    assert table[["protocol", "defense", "ig_psnr", "accuracy"]].values.tolist() == [
+        [fedavg[1:], "censor", 6.0, 0.7], [fedavg[1:], "none", 20.0, 0.9],
+        [batch[1:], "censor", 9.0, 0.7]]  # the batch protocol attacks the same FL run
+    fig = censor_tradeoff(table)
+    assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == [
+        "ig — fl.local_steps=5", "ig — fl.local_steps=5, attack.protocol.batch_size=4"]
+    only = censor_table(tradeoff.iloc[:2], utility)
+    assert only["defense"].tolist() == ["censor", "none"]
+    assert [ax.get_title() for ax in censor_tradeoff(only).axes if ax.get_visible()] == ["ig"]

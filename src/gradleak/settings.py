@@ -169,9 +169,10 @@ def label_without(label: str, prefixes: tuple[str, ...]) -> str:
     return _SEPARATOR.join([head, *(p for p in parts if not p.startswith(prefixes))])
 
 
-def protocol_of(label: str) -> str:
-    """A setting label's protocol overrides (``fl.local_steps=5``; empty: as configured)."""
-    return _SEPARATOR.join(p for p in label.split(_SEPARATOR)[1:] if p.startswith(PROTOCOL_KEYS))
+def protocol_of(label: str, keys: tuple[str, ...] = PROTOCOL_KEYS) -> str:
+    """A setting label's protocol overrides (``fl.local_steps=5``; empty: as configured);
+    ``keys``: those whose key starts with one of them (``("fl.",)``: its FL run's)."""
+    return _SEPARATOR.join(p for p in label.split(_SEPARATOR)[1:] if p.startswith(keys))
 
 
 def is_ablation(label: str) -> bool:

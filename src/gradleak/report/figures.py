@@ -16,6 +16,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from gradleak.report.attribute import attribute_tradeoff  # noqa: E402
 from gradleak.report.matched_utility import heatmap as matched_heatmap  # noqa: E402
+from gradleak.report.matched_utility import protocol_text  # noqa: E402
 from gradleak.report.protocol_ranking import figure as ranking_figure  # noqa: E402
 from gradleak.report.style import (  # noqa: E402
     case_text,
@@ -143,15 +144,18 @@ def censor_tradeoff(censor: pd.DataFrame) -> Figure:
     attack's mean PSNR, one point per defense setting labelled with its strength and, where
     the defense uploaded the clean gradient, the share of uploads that were clean."""
     attacks = sorted(c.removesuffix("_psnr") for c in censor.columns if c.endswith("_psnr"))
-    cases = sorted(censor["case"].unique())
-    panels = [(case, attack) for case in cases for attack in attacks]
+    groups = sorted(censor.groupby(["case", "protocol"]).groups)  # a protocol's own points
+    cases, several = sorted({case for case, _ in groups}), censor["protocol"].nunique() > 1
+    panels = [(case, protocol, attack) for case, protocol in groups for attack in attacks]
     styles = series_styles(censor["defense"])
     fig, axes = _panel_grid(len(panels))
-    for ax, (case, attack) in zip(axes, panels):
+    for ax, (case, protocol, attack) in zip(axes, panels):
         x = f"{attack}_psnr"
-        data = censor[censor["case"] == case].dropna(subset=[x, "accuracy"])
-        ax.set(title=attack if len(cases) == 1 else f"{attack} — {case}",
-               xlabel="mean PSNR (dB)", ylabel="final FL accuracy")
+        data = censor[(censor["case"] == case) & (censor["protocol"] == protocol)].dropna(
+            subset=[x, "accuracy"])
+        where = [case] * (len(cases) > 1) + [protocol_text(protocol)] * several
+        ax.set(title=" — ".join([attack, *where]), xlabel="mean PSNR (dB)",
+               ylabel="final FL accuracy")
         curves = []
         for defense, points in data.sort_values(["defense", "strength"]).groupby("defense"):
             ax.plot(points[x], points["accuracy"], **styles[defense], label=defense)

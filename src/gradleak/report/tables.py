@@ -14,7 +14,15 @@ from gradleak.metrics.maintenance import pmm
 from gradleak.report.intervals import interval
 from gradleak.report.matched_utility import matched_utility
 from gradleak.report.protocol_ranking import protocol_ranking
-from gradleak.settings import ATTACK_ONLY_KEYS, PAPER, Setting, is_ablation, label_without
+from gradleak.settings import (
+    ATTACK_ONLY_KEYS,
+    PAPER,
+    PROTOCOL_KEYS,
+    Setting,
+    is_ablation,
+    label_without,
+    protocol_of,
+)
 from gradleak.utils.io import atomic_path
 
 IMAGE_METRICS = ["psnr", "ssim", "mse", "lpips", "stlpips", "noise_ratio"]
@@ -216,23 +224,34 @@ CENSOR_METRICS = ["mse", "lpips", "stlpips", "psnr", "ssim"]
 
 
 def censor_table(tradeoff: pd.DataFrame, utility: pd.DataFrame) -> pd.DataFrame:
-    """CENSOR Table I layout: one row per defense setting with its FL run's accuracy and
-    fallback rate (the share of uploads that were the clean gradient), then MSE, LPIPS,
-    PSNR and SSIM per attack."""
-    main = tradeoff[~tradeoff["defense"].map(is_ablation, na_action="ignore").astype(bool)
-                    & (tradeoff["attacker"] == PAPER)]  # Table I: the paper's attacks
-    keys = ["case", "defense", "strength"]
+    """CENSOR Table I layout: one row per defense setting of each protocol (its ``fl.`` and
+    ``attack.protocol.`` overrides, ``protocols:``; empty: as configured) with its FL run's
+    accuracy and fallback rate (the share of uploads that were the clean gradient), then
+    MSE, LPIPS, PSNR and SSIM per attack. A protocol's overrides are no ablation."""
+    keys, run = ["case", "protocol", "defense", "strength"], ["case", "fl", "defense", "strength"]
+
+    def split(frame: pd.DataFrame) -> pd.DataFrame:  # its FL run's protocol: fl. alone
+        labels = frame["defense"]
+        return frame.assign(protocol=labels.map(protocol_of),
+                            fl=labels.map(lambda d: protocol_of(d, ("fl.",))),
+                            defense=labels.map(lambda d: label_without(d, PROTOCOL_KEYS)))
+
+    main = split(tradeoff)
+    main = main[~main["defense"].map(is_ablation, na_action="ignore").astype(bool)
+                & (main["attacker"] == PAPER)]  # Table I: the paper's attacks
     if main.empty:
         return pd.DataFrame(columns=[*keys, "accuracy", "fallback_rate"])
-    wide = main.pivot_table(index=keys, columns="attack", values=CENSOR_METRICS)
+    wide = main.pivot_table(index=[*keys, "fl"], columns="attack", values=CENSOR_METRICS)
     wide = wide.reorder_levels([1, 0], axis=1)
     attacks = sorted(main["attack"].unique())
     wide = wide.reindex(columns=[(a, m) for a in attacks for m in CENSOR_METRICS])
     wide.columns = [f"{a}_{m}" for a, m in wide.columns]
-    fl = utility.groupby(keys).agg(accuracy=("final_accuracy", "mean"),
-                                   fallback_rate=("fallback_rate", "mean"))
-    wide = fl.join(wide, how="right")
-    return wide.reset_index().sort_values(keys, kind="stable")
+    fl = split(utility).groupby(run, as_index=False).agg(
+        accuracy=("final_accuracy", "mean"), fallback_rate=("fallback_rate", "mean"))
+    wide = wide.reset_index().merge(fl, on=run, how="left")
+    columns = [*keys, "accuracy", "fallback_rate", *(f"{a}_{m}" for a in attacks
+                                                     for m in CENSOR_METRICS)]
+    return wide[columns].sort_values(keys, kind="stable", ignore_index=True)
 
 
 def write_tables(fl_files: list[Path], attack_files: list[Path], evalnet_files: list[Path],
@@ -249,10 +268,12 @@ def write_tables(fl_files: list[Path], attack_files: list[Path], evalnet_files: 
     privacy = privacy_table(attack_files)
     tradeoff = tradeoff_table(utility, privacy)
     matched = matched_utility(tradeoff, stronger)
+    censor = censor_table(tradeoff, utility)
     if protocols:
-        matched["protocol"] = matched["protocol"].map(lambda p: protocols.get(p, p))
+        for table in (matched, censor):
+            table["protocol"] = table["protocol"].map(lambda p: protocols.get(p, p))
     tables = {"utility": utility, "privacy": privacy[PRIVACY_COLUMNS], "tradeoff": tradeoff,
-              "timing": timing_table(privacy), "censor_table": censor_table(tradeoff, utility),
+              "timing": timing_table(privacy), "censor_table": censor,
               "matched_utility": matched,
               "protocol_ranking": protocol_ranking(matched, list((protocols or {}).values())),
               "evalnet_monotonicity": evalnet_table(evalnet_files)}
