@@ -231,6 +231,14 @@ def test_a_protocol_s_overrides_are_its_own_rows_of_table_i_not_an_ablation() ->
     fig = censor_tradeoff(table)
     assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == [
         "ig — fl.local_steps=5", "ig — fl.local_steps=5, attack.protocol.batch_size=4"]
+    from gradleak.report.figures import pmm_vs_psnr, tradeoff_panels
+
+    titles = [ax.get_title() for ax in tradeoff_panels(tradeoff, "psnr").axes
+              if ax.get_visible()]
+    assert titles == ["ig — fl.local_steps=5",
+                      "ig — fl.local_steps=5, attack.protocol.batch_size=4"]
+    assert [ax.get_title() for ax in pmm_vs_psnr(tradeoff.iloc[:2], "ig").axes
+            if ax.get_visible()] == ["c"]  # the only protocol is no ablation: drawn
     only = censor_table(tradeoff.iloc[:2], utility)
     assert only["defense"].tolist() == ["censor", "none"]
     assert [ax.get_title() for ax in censor_tradeoff(only).axes if ax.get_visible()] == ["ig"]

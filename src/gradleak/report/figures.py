@@ -26,7 +26,14 @@ from gradleak.report.style import (  # noqa: E402
     series_styles,
 )
 from gradleak.report.tables import ATTACK_KEYS, load_record  # noqa: E402
-from gradleak.settings import ADAPTIVE, PAPER, is_ablation
+from gradleak.settings import (  # noqa: E402
+    ADAPTIVE,
+    PAPER,
+    PROTOCOL_KEYS,
+    is_ablation,
+    label_without,
+    protocol_of,
+)
 from gradleak.utils.io import atomic_path  # noqa: E402
 
 DPI = 150
@@ -91,8 +98,20 @@ def _pmm_panel(ax: plt.Axes, data: pd.DataFrame, styles: dict[str, dict], title:
 
 
 def _main_settings(tradeoff: pd.DataFrame) -> pd.DataFrame:
-    """The trade-off rows of the defense sweeps (ablation settings are tabulated, not drawn)."""
-    return tradeoff[~tradeoff["defense"].map(is_ablation)]
+    """The trade-off rows of the defense sweeps, each with its ``protocol`` (a label's
+    ``fl.`` and ``attack.protocol.`` overrides, no ablation; empty: as configured) apart
+    from its ``defense``; ablation settings are tabulated, not drawn."""
+    labels = tradeoff["defense"]
+    split = tradeoff.assign(protocol=labels.map(protocol_of),
+                            defense=labels.map(lambda d: label_without(d, PROTOCOL_KEYS)))
+    return split[~split["defense"].map(is_ablation)]
+
+
+def _title(first: str, case: str, protocol: str, frame: pd.DataFrame) -> str:
+    """A panel's title: ``first``, then its case and protocol where the figure has several."""
+    where = [case] * (frame["case"].nunique() > 1 and first != case) \
+        + [protocol_text(protocol)] * (frame["protocol"].nunique() > 1)
+    return " — ".join([first, *where])
 
 
 PMM_NOTE = "one curve per defense, points labelled with their strength"
@@ -102,12 +121,13 @@ def pmm_vs_psnr(tradeoff: pd.DataFrame, attack: str) -> Figure:
     """Refiner Fig. 7 style: mean PSNR against PMM, one line per defense, one panel per case."""
     tradeoff = _main_settings(tradeoff)
     data = tradeoff[tradeoff["attack"] == attack]
-    cases = sorted(data["case"].unique())
+    groups = sorted(data.groupby(["case", "protocol"]).groups)  # a protocol's own PMM
     styles = series_styles(tradeoff["defense"])
-    fig, axes = plt.subplots(1, len(cases), figsize=(5.5 * len(cases) + 2.0, 4.5),
+    fig, axes = plt.subplots(1, len(groups), figsize=(5.5 * len(groups) + 2.0, 4.5),
                              squeeze=False, layout="constrained")
-    for ax, case in zip(axes[0], cases, strict=True):
-        _pmm_panel(ax, data[data["case"] == case], styles, case)
+    for ax, (case, protocol) in zip(axes[0], groups, strict=True):
+        _pmm_panel(ax, data[(data["case"] == case) & (data["protocol"] == protocol)], styles,
+                   _title(case, case, protocol, data))
     return finish(fig, f"{attack}: mean PSNR against PMM, {PMM_NOTE}", "defense")
 
 
@@ -128,13 +148,15 @@ def tradeoff_panels(tradeoff: pd.DataFrame, metric: str) -> Figure:
     one curve per defense, one panel per case and attack, at most 3 panels a row."""
     tradeoff = _main_settings(tradeoff)
     cases = sorted(tradeoff["case"].unique())
-    panels = [(case, attack) for case in cases for attack in sorted(tradeoff["attack"].unique())]
+    groups = sorted(tradeoff.groupby(["case", "protocol"]).groups)
+    panels = [(case, protocol, attack) for case, protocol in groups
+              for attack in sorted(tradeoff["attack"].unique())]
     styles = series_styles(tradeoff["defense"])
     fig, axes = _panel_grid(len(panels))
-    for ax, (case, attack) in zip(axes, panels):
-        picked = tradeoff[(tradeoff["case"] == case) & (tradeoff["attack"] == attack)]
-        title = attack if len(cases) == 1 else f"{attack} — {case}"
-        _pmm_panel(ax, picked, styles, title, metric)
+    for ax, (case, protocol, attack) in zip(axes, panels):
+        picked = tradeoff[(tradeoff["case"] == case) & (tradeoff["protocol"] == protocol)
+                          & (tradeoff["attack"] == attack)]
+        _pmm_panel(ax, picked, styles, _title(attack, case, protocol, tradeoff), metric)
     return finish(fig, f"{METRIC_LABELS[metric]} against PMM per attack {case_text(cases)}: "
                        f"{PMM_NOTE}", "defense")
 
@@ -145,7 +167,7 @@ def censor_tradeoff(censor: pd.DataFrame) -> Figure:
     the defense uploaded the clean gradient, the share of uploads that were clean."""
     attacks = sorted(c.removesuffix("_psnr") for c in censor.columns if c.endswith("_psnr"))
     groups = sorted(censor.groupby(["case", "protocol"]).groups)  # a protocol's own points
-    cases, several = sorted({case for case, _ in groups}), censor["protocol"].nunique() > 1
+    cases = sorted({case for case, _ in groups})
     panels = [(case, protocol, attack) for case, protocol in groups for attack in attacks]
     styles = series_styles(censor["defense"])
     fig, axes = _panel_grid(len(panels))
@@ -153,8 +175,7 @@ def censor_tradeoff(censor: pd.DataFrame) -> Figure:
         x = f"{attack}_psnr"
         data = censor[(censor["case"] == case) & (censor["protocol"] == protocol)].dropna(
             subset=[x, "accuracy"])
-        where = [case] * (len(cases) > 1) + [protocol_text(protocol)] * several
-        ax.set(title=" — ".join([attack, *where]), xlabel="mean PSNR (dB)",
+        ax.set(title=_title(attack, case, protocol, censor), xlabel="mean PSNR (dB)",
                ylabel="final FL accuracy")
         curves = []
         for defense, points in data.sort_values(["defense", "strength"]).groupby("defense"):
