@@ -77,24 +77,10 @@ def test_units_import_each_other_without_cycles():
     assert [unit for unit in graph if reaches(unit, unit, {unit})] == []
 
 
-def _run_nodes(tree: ast.AST):
-    """Every node of ``tree`` but those under ``if TYPE_CHECKING:``, which never run (the
-    names a module needs for its annotations alone)."""
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        yield node
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            todo += node.orelse
-        else:
-            todo += ast.iter_child_nodes(node)
-
-
 def _file_imports() -> dict[str, set[str]]:
-    """Module -> the package's modules its source imports anywhere it runs (inside functions
-    too, not under ``if TYPE_CHECKING:``): ``from a import b`` is an edge to module ``a.b``
-    where that is a module, else to ``a``. Importing a submodule also runs its package's
-    ``__init__``, which is no edge."""
+    """Module -> the package's modules its source imports anywhere in it (inside functions
+    too): ``from a import b`` is an edge to module ``a.b`` where that is a module, else to
+    ``a``. Importing a submodule also runs its package's ``__init__``, which is no edge."""
     modules = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -102,7 +88,7 @@ def _file_imports() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
         found = graph.setdefault(module, set())
-        for node in _run_nodes(ast.parse(path.read_text())):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 found |= {a.name for a in node.names if a.name in modules}
             elif isinstance(node, ast.ImportFrom) and node.module in modules:
@@ -110,13 +96,6 @@ def _file_imports() -> dict[str, set[str]]:
                           else node.module for a in node.names}
         found.discard(module)
     return graph
-
-
-def test_an_import_for_annotations_alone_is_no_edge():
-    tree = ast.parse("if TYPE_CHECKING:\n    import a\nelse:\n    import b\n"
-                     "def f():\n    import c\n")
-    assert sorted(n.names[0].name for n in _run_nodes(tree) if isinstance(n, ast.Import)) \
-        == ["b", "c"]
 
 
 def test_no_two_files_import_each_other_in_a_circle():

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from tqdm import tqdm
@@ -39,15 +39,27 @@ from gradleak.attacks.stacked_gradients import StackedModel, forming_pays, unsup
 from gradleak.attacks.victims import Victims
 from gradleak.types import Observation
 
-if TYPE_CHECKING:  # annotations only: base.Attack runs its victims through this module
-    from gradleak.attacks.base import Attack
+
+class Scheduled(Protocol):
+    """What the engine reads of an attack (``base.Attack``, whose ``attack(obs)`` runs
+    this module: the engine names no attack class)."""
+
+    restarts: int
+    seed: int
+    forms_gradients: bool
+    vectorisable: bool
+    records_snapshots: bool
+    sequences: bool
+
+    def reconstruct(self, victims: Victims) -> list[Reconstruction]: ...
+
 
 ENGINES = ("auto", "stacked", "loop")
 # (first victim of a chunk, how to attack the chunk) -> its reconstructions
 Kept = Callable[[int, Callable[[], list[Reconstruction]]], list[Reconstruction]]
 
 
-def stacks(attack: Attack, observations: Sequence[Observation]) -> bool:
+def stacks(attack: Scheduled, observations: Sequence[Observation]) -> bool:
     """Whether the observations' problems run stacked (the module docstring's rules)."""
     first = observations[0]
     formed = attack.forms_gradients or first.local_steps > 1  # FedAvg: unrolled, formed
@@ -76,7 +88,7 @@ def _mixed(observations: Sequence[Observation]) -> str | None:
     return mismatch(observations)
 
 
-def reconstruct_all(attack: Attack, observations: list[Observation],
+def reconstruct_all(attack: Scheduled, observations: list[Observation],
                     snapshots: Collection[int] = (), progress: str | None = None,
                     engine: str = "auto", kept: Kept | None = None) -> list[Reconstruction]:
     """One Reconstruction per observation (victim), victim v attacked with seed
