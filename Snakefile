@@ -22,6 +22,21 @@ wildcard_constraints:
 include: "workflow/rules/phases.smk"
 
 
+# A local run forks its jobs from one process that has imported torch and the package
+# (gradleak.warm): no job pays those imports. Under SLURM the jobs start cold on the nodes.
+onstart:
+    if workflow.executor_plugin.name == "local":
+        warm.start(RESULTS)
+
+
+onsuccess:
+    warm.stop()
+
+
+onerror:
+    warm.stop()
+
+
 rule all:
     default_target: True
     input:

@@ -3,8 +3,10 @@ beside the job wall seconds Snakemake recorded in ``results/benchmarks/`` (each 
 ``benchmark:`` file: wall seconds ``s`` and ``cpu_time``, which Snakemake samples every
 second for a job's first 30 s, then every 30 s, so it misses up to that much of a job's
 end), summed per rule and in total, and the estimate over each (issue 32: the total within
-a factor of 2). The estimate's CPU seconds are load-robust; wall seconds on a machine
-shared with other work are not (``uptime`` beside the numbers).
+a factor of 2). Run the checked run with ``GRADLEAK_WARM=0``: under warm starts the benchmark
+samples the job's command, not the child that does its work (gradleak.warm), and the
+estimate prices each job's cold start-up. The estimate's CPU seconds are load-robust; wall
+seconds on a machine shared with other work are not (``uptime`` beside the numbers).
 
 The estimate is of the run's own resolved configuration (``results/config.resolved.json``,
 smoke overrides and ``--config`` values included) and its prepared data's manifests (the

@@ -173,7 +173,9 @@ def test_two_clean_runs_are_byte_identical_and_the_html_report_captions_every_fi
     assert all(torch.equal(w[k], initial[0][k]) for w in initial for k in w)
     walked = pipeline.walk(configuration.load(first / "config" / "test.yaml"), first / "results")
     assert sorted(p.name for p in (first / "results" / "logs").iterdir()) == sorted(
-        name for name, jobs in walked.items() if jobs)  # a log folder per phase with jobs
+        [name for name, jobs in walked.items() if jobs] + ["warm.log"])  # a folder per phase
+    served = (first / "results" / "logs" / "warm.log").read_text()
+    assert "ready" in served and "cold start" not in served  # every job after it was forked
 
     run([*SNAKEMAKE, "--report", "report.html", "--configfile", "config/test.yaml"], second)
     html = (second / "report.html").read_text()

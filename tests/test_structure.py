@@ -28,7 +28,7 @@ LAYERS = {
     "models": 0, "metrics": 0,
     "fl": 1, "defenses": 1, "attacks": 1, "adversaries": 1, "report": 1,
     "experiment": 2,
-    "cli": 3,
+    "cli": 3, "warm": 3,
 }
 
 

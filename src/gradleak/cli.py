@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from gradleak import warm
 from gradleak.experiment import phases, resolved
 from gradleak.experiment.phase import WILDCARDS
 
@@ -255,6 +256,11 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     name = argv[0].replace("-", "_") if argv else ""
+    if argv[:1] == [warm.SERVE]:  # a local Snakemake run's warm server (gradleak.warm)
+        warm.serve(argv[1], int(argv[2]), main)
+        return 0
+    if name in phases.NAMES and (code := warm.handoff(argv)) is not None:
+        return code
     args = _parser(argv[0] if name in phases.NAMES else None).parse_args(argv)
     try:
         config = resolved.load(args.config) if hasattr(args, "config") else None

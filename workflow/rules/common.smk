@@ -24,6 +24,7 @@ if STALE_LOCK:
     print(STALE_LOCK, file=sys.stderr)
 
 from gradleak import config as gradleak_config
+from gradleak import warm
 from gradleak.experiment import claims, cluster, code, configuration, paths, phases, pipeline
 from gradleak.experiment import priors, resolved
 from gradleak.experiment.phase import WILDCARDS
