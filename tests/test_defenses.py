@@ -82,6 +82,20 @@ def test_pruning_zeroes_the_smallest_fraction_per_layer(context):
             assert grad[kept].abs().min() >= grad[~kept].abs().max()
 
 
+@pytest.mark.parametrize("ratio", [0.0, 0.3, 0.9, 0.99, 1.0])
+def test_pruning_by_selection_is_a_stable_sorts_first_count(ratio):
+    """Ties broken by index, as a stable sort of the scores takes its first entries."""
+    from gradleak.defenses.pruning import prune_smallest
+
+    gen = torch.Generator().manual_seed(0)
+    for score in (torch.randint(0, 5, (1000,), generator=gen).float(),
+                  torch.rand(1000, generator=gen)):
+        values = torch.randn(1000, generator=gen)
+        kept = torch.ones(1000)
+        kept[torch.argsort(score, stable=True)[:int(ratio * 1000)]] = 0
+        assert torch.equal(prune_smallest(score, values, ratio), values * kept)
+
+
 def test_quantization_is_unbiased_and_coarse(context):
     true = context().true_gradient()["fc.weight"]
     draws = torch.stack([defenses.build("quantization", bits=2)(context(seed))["fc.weight"]

@@ -85,7 +85,7 @@ def sparsity_masks(target: Sequence[torch.Tensor], sparsity: float) -> list[torc
     masks = []
     for g in target:
         k = max(1, int(g.numel() * (1 - sparsity)))
-        threshold = g.abs().flatten().topk(k).values.min()
+        threshold = g.abs().flatten().kthvalue(g.numel() - k + 1).values  # the k-th largest
         masks.append(((g.abs() >= threshold) & (g != 0)).to(g.dtype))
     return masks
 

@@ -23,14 +23,17 @@ from gradleak.types import Update
 
 
 def prune_smallest(score: torch.Tensor, values: torch.Tensor, ratio: float) -> torch.Tensor:
-    """Zero the ``ratio`` fraction of ``values`` with the smallest ``score`` (ties by index)."""
+    """Zero the ``ratio`` fraction of ``values`` with the smallest ``score`` (ties by index):
+    every entry below the count-th smallest score, then the first entries equal to it, by a
+    selection rather than a sort (a stable sort's first ``count``, exactly)."""
     count = int(ratio * values.numel())
     if count == 0:
         return values.clone()
-    order = torch.argsort(score.flatten(), stable=True)
-    mask = torch.ones(values.numel(), dtype=values.dtype, device=values.device)
-    mask[order[:count]] = 0
-    return values * mask.view_as(values)
+    flat = score.flatten()
+    cut = flat.kthvalue(count).values
+    tied = flat == cut
+    pruned = (flat < cut) | (tied & (tied.cumsum(0) <= count - int((flat < cut).sum())))
+    return values * (~pruned).to(values.dtype).view_as(values)
 
 
 @register("pruning")
