@@ -136,14 +136,18 @@ def test_hybrid_early_stopping_on_mnist_keeps_success_and_halves_iterations(mnis
 
 
 def test_regularisers_compose_by_name_and_name_what_they_miss():
-    """``penalty`` sums weight x regulariser by name; a latent term without a latent, or an
-    unknown name, says which."""
-    from gradleak.attacks.objectives import Candidate, penalty
+    """``penalty`` sums weight x regulariser by name, per stacked problem; a latent term
+    without a latent, or an unknown name, says which."""
+    from gradleak.attacks.objectives import Candidate, penalty, total_variation
 
-    images = torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(0))
-    z = torch.tensor([[3.0, 4.0], [0.0, 1.0]])
+    images = torch.rand(3, 2, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    z = torch.tensor([[3.0, 4.0], [0.0, 1.0]]).expand(3, 2, 2) * torch.arange(1, 4.0).view(3, 1, 1)
     total = penalty({"latent_norm": 0.5, "l2": 2.0})(Candidate(images, z))
-    assert torch.allclose(total, 0.5 * (5.0 + 1.0) + 2.0 * images.norm())
+    expected = [0.5 * (5.0 + 1.0) * (p + 1) + 2.0 * images[p].norm() for p in range(3)]
+    assert torch.allclose(total, torch.stack(expected))
+    tv = total_variation(images)
+    assert torch.allclose(tv[1], (images[1, ..., 1:] - images[1, ..., :-1]).abs().mean()
+                          + (images[1, ..., 1:, :] - images[1, ..., :-1, :]).abs().mean())
     with pytest.raises(ValueError, match="'latent_norm' regulariser needs a latent"):
         penalty({"latent_norm": 1.0})(Candidate(images))
     with pytest.raises(ValueError, match=r"unknown regulariser\(s\) \['tvv'\]"):

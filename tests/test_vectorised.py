@@ -21,7 +21,8 @@ from gradleak.attacks.objectives import (
     GradientProducts,
 )
 from gradleak.attacks.optimization import optimize
-from gradleak.attacks.stacked_gradients import StackedModel, unsupported
+from gradleak.attacks.stacked_gradients import StackedModel
+from gradleak.attacks.stacked_layers import unsupported
 from gradleak.attacks.stage import Stage
 from gradleak.attacks.victims import Victims
 from gradleak.models import LeNet, ResNet

@@ -5,7 +5,7 @@ multi-stage attack solves a sequence of stages, each starting where the last one
 
 :func:`reconstruct_all` hands the attack its victims in chunks (:class:`Victims`) and picks
 **stacked** where more than one problem runs, the model's parametrised layers stack
-(``stacked_gradients.unsupported``) and, for an attack whose trial gradients are formed
+(``stacked_layers.unsupported``) and, for an attack whose trial gradients are formed
 (``forms_gradients``), forming them pays (``stacked_gradients.forming_pays``): the
 P = victims x restarts problems' images then run as
 one batch through ``StackedModel``, in chunks of ``StackedModel.problems_per_step``.
@@ -35,7 +35,8 @@ from gradleak.attacks.bn_statistics import batchnorm_layers
 from gradleak.attacks.epoch_copies import EpochCopies, merged
 from gradleak.attacks.gradient_sequence import ObservedSequence, mismatch
 from gradleak.attacks.reconstruction import Reconstruction
-from gradleak.attacks.stacked_gradients import StackedModel, forming_pays, unsupported
+from gradleak.attacks.stacked_gradients import StackedModel, forming_pays
+from gradleak.attacks.stacked_layers import unsupported
 from gradleak.attacks.victims import Victims
 from gradleak.types import Observation
 

@@ -8,7 +8,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
-from torch.func import vmap
 
 from gradleak.attacks.bn_statistics import BNRecorder, batchnorm_layers
 from gradleak.attacks.objectives import (
@@ -68,8 +67,6 @@ def stacked_loss(model: nn.Module, labels: torch.Tensor | None,
     regularize, stacked = penalty(regularizers), StackedModel(model)
     of_formed, formed = measured(distance), distance in FORMED_DISTANCES
     measure, residual = DISTANCES.get(distance), distance in RESIDUAL_DISTANCES
-    image_terms = vmap(lambda x: regularize(Candidate(x)))
-    latent_terms = vmap(lambda x, z: regularize(Candidate(x, z)))
 
     def loss(images: torch.Tensor, latent: torch.Tensor | None = None,
              labels: torch.Tensor | None = labels) -> torch.Tensor:
@@ -86,8 +83,7 @@ def stacked_loss(model: nn.Module, labels: torch.Tensor | None,
         if prior is not None:
             value = value + prior(images, stacked.batchnorm_statistics)
         if regularizers:
-            value = value + (image_terms(images) if latent is None
-                             else latent_terms(images, latent))
+            value = value + regularize(Candidate(images, latent))
         return value
 
     return loss
@@ -120,11 +116,10 @@ def looped_loss(model: nn.Module, labels: torch.Tensor | None,
                 own = slice(p // restarts, p // restarts + 1)
                 misfit = measure({n: g.unsqueeze(0) for n, g in trial.items()},
                                  {n: t[own] for n, t in targets.items()})
-                values.append(misfit[0] + regularize(
-                    Candidate(x, None if latent is None else latent[p])))
+                values.append(misfit[0])
                 if norms:
                     moments.append(recorder.statistics())
-        value = torch.stack(values)
+        value = torch.stack(values) + regularize(Candidate(images, latent))
         if prior is not None:
             value = value + prior(images, lambda: [
                 tuple(torch.stack([m[layer][i] for m in moments]) for i in range(2))

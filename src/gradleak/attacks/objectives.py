@@ -18,7 +18,8 @@ Distances of formed trial gradients, ``(trials, targets) -> (P,)`` (:data:`FORME
     layer_cosine      1 - the mean over parameter tensors of each one's cosine: the cosine of
                       the layer-normalised gradients, what the adaptive attacker matches
                       through per-layer clipping, computed from a clean upload
-Regularisers ``(candidate) -> penalty`` of a :class:`Candidate`:
+Regularisers ``(candidate) -> (P,)`` of a :class:`Candidate` of P stacked problems, each
+problem's penalty of its own images (and latent rows):
     tv     anisotropic total variation mean|dx| + mean|dy| (Geiping et al. Eq. 4)
     l2     the images' L2 norm (GIFD's ``image_norm``)
     kl     GGL's KL(z || N(0, 1)) from each latent row's mean and biased variance
@@ -145,23 +146,29 @@ FORMED_DISTANCES: dict[str, Callable[[Mapping[str, torch.Tensor], Mapping[str, t
 
 @dataclass
 class Candidate:
-    """What the regularisers look at: the images fed to the model (N, C, H, W) and, for
-    generative attacks, the latent vectors (N, latent)."""
+    """What the regularisers look at, for P problems: the images each feeds the model
+    (P, N, C, H, W) and, for generative attacks, its latent vectors (P, N, latent)."""
 
     images: torch.Tensor
     latent: torch.Tensor | None = None
 
 
+def _mean(t: torch.Tensor) -> torch.Tensor:
+    """(P,) each problem's mean of ``t`` (P, ...)."""
+    return t.flatten(1).mean(1)
+
+
 def total_variation(x: torch.Tensor) -> torch.Tensor:
-    dx = (x[:, :, :, 1:] - x[:, :, :, :-1]).abs().mean()
-    dy = (x[:, :, 1:, :] - x[:, :, :-1, :]).abs().mean()
+    dx = _mean((x[..., :, 1:] - x[..., :, :-1]).abs())
+    dy = _mean((x[..., 1:, :] - x[..., :-1, :]).abs())
     return dx + dy
 
 
 def kl_to_standard_normal(z: torch.Tensor) -> torch.Tensor:
-    mean = z.flatten(1).mean(dim=1)
-    var = z.flatten(1).var(dim=1, unbiased=False)
-    return -0.5 * (1 + torch.log(var + 1e-10) - mean**2 - var).sum()
+    """Per problem, the sum over its latent rows (P, N, ...) of KL(row || N(0, 1))."""
+    rows = z.flatten(2)
+    var, mean = torch.var_mean(rows, dim=2, unbiased=False)
+    return -0.5 * (1 + torch.log(var + 1e-10) - mean**2 - var).sum(1)
 
 
 def _latent(candidate: Candidate, name: str) -> torch.Tensor:
@@ -172,9 +179,9 @@ def _latent(candidate: Candidate, name: str) -> torch.Tensor:
 
 REGULARIZERS: dict[str, Callable[[Candidate], torch.Tensor]] = {
     "tv": lambda c: total_variation(c.images),
-    "l2": lambda c: c.images.norm(),
+    "l2": lambda c: c.images.flatten(1).norm(dim=1),
     "kl": lambda c: kl_to_standard_normal(_latent(c, "kl")),
-    "latent_norm": lambda c: _latent(c, "latent_norm").flatten(1).norm(dim=1).sum(),
+    "latent_norm": lambda c: _latent(c, "latent_norm").flatten(2).norm(dim=2).sum(1),
 }
 
 
@@ -188,7 +195,7 @@ def penalty(weights: Mapping[str, float] | None) -> Callable[[Candidate], torch.
                          f"{sorted(REGULARIZERS)}")
 
     def total(candidate: Candidate) -> torch.Tensor:
-        value = candidate.images.new_zeros(())
+        value = candidate.images.new_zeros(len(candidate.images))
         for name, weight in weights.items():
             value = value + weight * REGULARIZERS[name](candidate)
         return value

@@ -3,11 +3,11 @@ distances need: their inner products with the targets and with themselves.
 
 P problems (victims x restarts of one FL round) share one model. :class:`StackedModel`
 runs their images as one batch through the model's own layers with the weights held
-constant: convolutions and linear layers with the shared weight (one oneDNN/cuDNN call
-for all problems), BatchNorm with each problem's own batch statistics, and every
-parameter that is not a weight matrix (biases, BatchNorm's scale and shift) as a
-per-problem copy. One backward pass gives, per weight layer, G: each problem's gradient
-with respect to the layer's output. The trial gradient of the weight is G^T X, for X the
+constant: convolutions and linear layers with the shared weight and bias (one oneDNN/cuDNN
+call for all problems), BatchNorm with each problem's own batch statistics and its own
+copy of the scale and shift. One backward pass gives, per weight layer, G: each problem's
+gradient with respect to the layer's output, whose sum over the problem's batch and
+positions is its bias's trial gradient. The trial gradient of the weight is G^T X, for X the
 layer's unfolded input (N rows per problem: batch x output positions), and Inverting
 Gradients' cosine distance (Geiping et al., NeurIPS 2020, Eq. 4) needs only
 
@@ -16,19 +16,18 @@ Gradients' cosine distance (Geiping et al., NeurIPS 2020, Eq. 4) needs only
 
 so where N is small (ResNet-18 on 32x32 images: N = 64 and 16 in its last two stages,
 against a 512 x 4608 gradient per problem and layer) the per-problem weight gradient is
-never formed; elsewhere it is, as one batched matrix product. The L2 distances (DLG Eq. 4,
-GGL) sum (G^T X - T)^2 from the formed gradient, exact near convergence.
+never formed; elsewhere it is: a Linear layer's as one batched matrix product, a
+convolution's as one grouped convolution's weight gradient (the problems as its groups,
+``torch.nn.grad.conv2d_weight``: oneDNN's kernel, without unfolding the input; 1.2-2.7x the
+unfolded product with its backward on LeNet's and ResNet-18's layers, docs/measurements.md).
+The L2 distances (DLG Eq. 4, GGL) sum (G^T X - T)^2 from the formed gradient, exact near
+convergence.
 
 Differentiating these products with respect to the images (autograd) is the exact second
-derivative the per-victim loop computes. Convolutions go through
-:class:`InputGradientConv`, whose backward is a differentiable transposed convolution:
-PyTorch's own convolution double backward also computes the weight's gradient, unused here.
+derivative the per-victim loop computes (the layers: ``stacked_layers``).
 """
 
 from __future__ import annotations
-
-import copy
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +35,15 @@ from torch import nn
 
 from gradleak.attacks.bn_statistics import batchnorm_layers
 from gradleak.attacks.objectives import GradientProducts
+from gradleak.attacks.stacked_layers import (
+    Layer,
+    Moments,
+    StackedWeight,
+    Tape,
+    batch_moments,
+    stacked_copy,
+    unsupported,
+)
 
 # glibc's default ceiling on its mmap threshold: a larger tensor is mapped afresh and
 # page-faulted on every step (measured: ResNet-18 at 16 stacked problems ran 0.8x the
@@ -52,144 +60,10 @@ STEP_TENSOR_BYTES = 32 * 2**20
 FORMED_PARAMETERS = 2_000_000
 
 
-class InputGradientConv(torch.autograd.Function):
-    """``conv2d(x, weight)`` for a constant ``weight``; its backward, the input's gradient,
-    is a transposed convolution that autograd differentiates again as one convolution."""
-
-    @staticmethod
-    def forward(ctx, x, weight, stride, padding, dilation):
-        ctx.save_for_backward(weight)
-        ctx.geometry = (stride, padding, dilation, x.shape[2:])
-        return F.conv2d(x, weight, None, stride, padding, dilation)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (weight,) = ctx.saved_tensors
-        stride, padding, dilation, size = ctx.geometry
-        output_padding = [size[i] - ((grad_output.shape[2 + i] - 1) * stride[i] - 2 * padding[i]
-                                     + dilation[i] * (weight.shape[2 + i] - 1) + 1)
-                          for i in range(2)]
-        grad_input = F.conv_transpose2d(grad_output, weight, None, stride, padding,
-                                        output_padding, 1, dilation)
-        return grad_input, None, None, None, None
-
-
-@dataclass
-class _Layer:
-    """One weight layer's forward on the stacked batch: its input and its output before
-    the bias; ``conv`` is the Conv2d (None for a Linear layer)."""
-
-    weight: str
-    inputs: torch.Tensor
-    outputs: torch.Tensor
-    conv: nn.Conv2d | None
-
-
-class _Tape:
-    """What the stacked layers share during one forward: the problem count, the
-    per-problem copies of the small parameters, the weight layers in call order and each
-    BatchNorm layer's stacked input (with its moments where BatchNorm computed them)."""
-
-    def __init__(self) -> None:
-        self.problems = 1
-        self.copies: dict[str, torch.Tensor] = {}
-        self.layers: list[_Layer] = []
-        self.norm_inputs: dict[nn.Module, tuple[torch.Tensor, Moments | None]] = {}
-
-    def per_problem(self, name: str, ndim: int) -> torch.Tensor:
-        """The copy of parameter ``name`` (P, C) shaped to broadcast over (P, B, C, ...)."""
-        copies = self.copies[name]
-        return copies.view(self.problems, 1, copies.shape[1], *(1,) * (ndim - 2))
-
-    def add_bias(self, z: torch.Tensor, name: str | None) -> torch.Tensor:
-        if name is None:
-            return z
-        return (z.unflatten(0, (self.problems, -1)) + self.per_problem(name, z.ndim)).flatten(0, 1)
-
-
-class _StackedWeight(nn.Module):
-    """A Conv2d or Linear layer with its shared weight, recorded on the tape."""
-
-    def __init__(self, layer: nn.Conv2d | nn.Linear, prefix: str, tape: _Tape) -> None:
-        super().__init__()
-        self.layer, self.prefix, self.tape = layer, prefix, tape
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        layer, weight = self.layer, self.layer.weight.detach()
-        conv = layer if isinstance(layer, nn.Conv2d) else None
-        z = (x @ weight.T if conv is None else InputGradientConv.apply(
-            x, weight, layer.stride, layer.padding, layer.dilation))
-        self.tape.layers.append(_Layer(self.prefix + "weight", x, z, conv))
-        return self.tape.add_bias(z, None if layer.bias is None else self.prefix + "bias")
-
-
-Moments = tuple[torch.Tensor, torch.Tensor]
-
-
-def _moments(stacked: torch.Tensor) -> Moments:
-    """Per problem and channel, the mean and biased variance of a (P, B, C, ...) input,
-    kept broadcastable (P, 1, C, 1, ...)."""
-    var, mean = torch.var_mean(stacked, dim=(1, *range(3, stacked.ndim)), unbiased=False,
-                               keepdim=True)
-    return mean, var
-
-
-class _StackedBatchNorm(nn.Module):
-    """BatchNorm per problem: in training mode (or without running statistics) each
-    problem's own batch mean and biased variance; its own copy of scale and shift."""
-
-    def __init__(self, layer: nn.modules.batchnorm._BatchNorm, prefix: str, tape: _Tape) -> None:
-        super().__init__()
-        self.layer, self.prefix, self.tape = layer, prefix, tape
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        layer, stacked = self.layer, x.unflatten(0, (self.tape.problems, -1))
-        if layer.training or layer.running_mean is None:
-            mean, var = moments = _moments(stacked)
-        else:
-            moments = None
-            channel = (1, 1, -1, *(1,) * (stacked.ndim - 3))
-            mean, var = layer.running_mean.view(channel), layer.running_var.view(channel)
-        self.tape.norm_inputs[layer] = (stacked, moments)
-        out = (stacked - mean) * torch.rsqrt(var + layer.eps)
-        if layer.affine:
-            out = (out * self.tape.per_problem(self.prefix + "weight", out.ndim - 1)
-                   + self.tape.per_problem(self.prefix + "bias", out.ndim - 1))
-        return out.flatten(0, 1)
-
-
-def _stacked_layer(module: nn.Module) -> type[nn.Module] | None:
-    if isinstance(module, nn.Conv2d) and module.groups == 1 and module.padding_mode == "zeros":
-        return _StackedWeight
-    if isinstance(module, nn.Linear):
-        return _StackedWeight
-    if isinstance(module, nn.modules.batchnorm._BatchNorm):
-        return _StackedBatchNorm
-    return None
-
-
-def unsupported(model: nn.Module) -> list[str]:
-    """The modules holding parameters that :class:`StackedModel` cannot stack (anything but
-    Conv2d with one group and zero padding, Linear and BatchNorm); empty when it can."""
-    return [f"{name or 'model'} ({type(module).__name__})"
-            for name, module in model.named_modules()
-            if _stacked_layer(module) is None and list(module.parameters(recurse=False))]
-
-
 def forming_pays(model: nn.Module) -> bool:
     """Whether problems whose trial gradients are formed stack faster than they loop:
     ``model`` has at most :data:`FORMED_PARAMETERS` parameters."""
     return sum(p.numel() for p in model.parameters()) <= FORMED_PARAMETERS
-
-
-def _converted(module: nn.Module, tape: _Tape, prefix: str = "") -> nn.Module:
-    stacked = _stacked_layer(module)
-    if stacked is not None:
-        return stacked(module, prefix, tape)
-    converted = copy.copy(module)
-    converted._modules = {name: _converted(child, tape, f"{prefix}{name}.")
-                          for name, child in module.named_children()}
-    return converted
 
 
 def _positions(t: torch.Tensor) -> torch.Tensor:
@@ -216,12 +90,12 @@ class StackedModel:
                              "parameters only in Conv2d (groups=1, zero padding), Linear and "
                              "BatchNorm layers")
         self.model, self.parameters = model, dict(model.named_parameters())
-        self.tape = _Tape()
-        self.stacked = _converted(model, self.tape)
-        weights = {layer.prefix + "weight" for layer in self.stacked.modules()
-                   if isinstance(layer, _StackedWeight)}
+        self.tape = Tape()
+        self.stacked = stacked_copy(model, self.tape)
+        weights = {layer.prefix + name for layer in self.stacked.modules()
+                   if isinstance(layer, StackedWeight) for name in ("weight", "bias")}
         self.copied = [n for n in self.parameters if n not in weights]
-        self._target_sq: tuple[object, torch.Tensor] = (None, torch.empty(0))
+        self._target_cache: tuple = (None, None, None, None)
 
     def _forward(self, images: torch.Tensor, problems: int) -> torch.Tensor:
         self.tape.problems, self.tape.layers, self.tape.norm_inputs = problems, [], {}
@@ -271,12 +145,12 @@ class StackedModel:
             if layer not in self.tape.norm_inputs:
                 raise RuntimeError(f"BatchNorm layer {layer} did not run in the last forward")
             stacked, moments = self.tape.norm_inputs[layer]
-            mean, var = _moments(stacked) if moments is None else moments
+            mean, var = batch_moments(stacked) if moments is None else moments
             stats.append((mean.flatten(1), var.flatten(1)))
         return stats
 
     @staticmethod
-    def _factors(layer: _Layer, g: torch.Tensor, problems: int
+    def _factors(layer: Layer, g: torch.Tensor, problems: int
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """(P, K, N) unfolded inputs and (P, C, N) output gradients of a weight layer, whose
         trial gradient is their product (P, C, K)."""
@@ -288,6 +162,44 @@ class StackedModel:
                                conv.stride), problems),
                 _rows(g.flatten(2), problems))
 
+    @staticmethod
+    def _formed(layer: Layer, g: torch.Tensor, problems: int) -> torch.Tensor:
+        """(P, C, K): each problem's trial gradient of the layer's weight, flattened. A
+        convolution's is the weight gradient of one convolution with the problems as its
+        groups (input (B, P x C_in, H, W), output gradient (B, P x C, H', W'))."""
+        if layer.conv is None:
+            columns, outputs = StackedModel._factors(layer, g, problems)
+            return outputs @ columns.transpose(1, 2)
+        conv, weight = layer.conv, layer.conv.weight
+
+        def grouped(t: torch.Tensor) -> torch.Tensor:
+            t = t.unflatten(0, (problems, -1))
+            return t.transpose(0, 1).flatten(1, 2)
+
+        formed = torch.nn.grad.conv2d_weight(
+            grouped(layer.inputs), (problems * weight.shape[0], *weight.shape[1:]),
+            grouped(g), conv.stride, conv.padding, conv.dilation, problems)
+        return formed.view(problems, weight.shape[0], -1)
+
+    @staticmethod
+    def _bias(layer: Layer, g: torch.Tensor, problems: int) -> torch.Tensor:
+        """(P, C): each problem's trial gradient of the layer's bias, its output gradient
+        summed over its batch and positions."""
+        rows = g.unflatten(0, (problems, -1))
+        return rows.sum((1, 3, 4)) if layer.conv is not None else \
+            rows.flatten(1, -2).sum(1)
+
+    @staticmethod
+    def _sizes(layer: Layer, problems: int) -> tuple[int, int, int]:
+        """A weight layer's (C, K, N): output channels, inputs per output (its weight's
+        row) and rows per problem (batch x output positions)."""
+        weight = layer.conv.weight if layer.conv is not None else None
+        if weight is None:
+            outputs = _positions(layer.outputs)
+            return outputs.shape[2], layer.inputs.shape[-1], len(outputs) * outputs.shape[1] \
+                // problems
+        return weight.shape[0], weight[0].numel(), layer.outputs[:, 0].numel() // problems
+
     def gradients(self, images: torch.Tensor, labels: torch.Tensor,
                   create_graph: bool = False) -> dict[str, torch.Tensor]:
         """The trial gradients of P problems, formed: parameter name -> (P, *shape), for
@@ -298,9 +210,10 @@ class StackedModel:
         formed = {}
         with torch.set_grad_enabled(create_graph):
             for layer, g in zip(self.tape.layers, output_grads):
-                columns, outputs = self._factors(layer, g, problems)
                 shape = self.parameters[layer.weight].shape
-                formed[layer.weight] = (outputs @ columns.transpose(1, 2)).view(problems, *shape)
+                formed[layer.weight] = self._formed(layer, g, problems).view(problems, *shape)
+                if layer.bias is not None:
+                    formed[layer.bias] = self._bias(layer, g, problems)
         formed.update(zip(self.tape.copies, copied))
         return {name: formed[name] for name in self.parameters}
 
@@ -309,50 +222,54 @@ class StackedModel:
         """Products of the trial gradients of ``images`` (V * R, B, ...), victim-major,
         with ``targets`` (name -> (V, *shape)); each problem's loss is the mean
         cross-entropy of its batch against ``labels`` (V * R, B). ``residual``: also
-        sum (trial - target)^2, from formed gradients. The targets' squared norms are
-        computed once per ``targets`` object."""
+        sum (trial - target)^2, from formed gradients."""
         problems = len(images)
         victims = len(next(iter(targets.values())))
         restarts = problems // victims
         output_grads, copied = self._output_gradients(images, labels, torch.is_grad_enabled())
 
-        def by_victim(t: torch.Tensor) -> torch.Tensor:
-            return t.unflatten(0, (victims, restarts))
-
         dot = trial_sq = residual_sq = images.new_zeros(problems)
-
-        def add(trial: torch.Tensor, expected: torch.Tensor) -> None:
-            """Add a formed trial gradient (V, R, ...) against its target (V, 1, ...)."""
-            nonlocal dot, trial_sq, residual_sq
-            dims = tuple(range(2, trial.ndim))
-            if residual:
-                residual_sq = residual_sq + ((trial - expected) ** 2).sum(dims).flatten()
-            else:
-                dot = dot + (trial * expected).sum(dims).flatten()
-                trial_sq = trial_sq + (trial * trial).sum(dims).flatten()
-
+        parts, names = [], []  # the formed trial gradients (P, n) and their parameters
         for layer, g in zip(self.tape.layers, output_grads):
-            target = targets[layer.weight]
-            columns, outputs = self._factors(layer, g, problems)
-            (channels, rows), inputs = outputs.shape[1:], columns.shape[1]
+            channels, inputs, rows = self._sizes(layer, problems)
             if not residual and rows * (channels + inputs) < channels * inputs:
+                columns, outputs = self._factors(layer, g, problems)
                 trial_sq = trial_sq + ((outputs.transpose(1, 2) @ outputs)
                                        * (columns.transpose(1, 2) @ columns)).sum((1, 2))
-                dot = dot + self._target_dot(layer, g, target, restarts)
-            else:  # the formed gradient^T (V, R, K, C)
-                add(by_victim(columns @ outputs.transpose(1, 2)),
-                    target.flatten(2).transpose(1, 2).unsqueeze(1))
-        for name, g in zip(self.tape.copies, copied):
-            add(by_victim(g), targets[name].flatten(1).unsqueeze(1))
-        if self._target_sq[0] is not targets:
+                dot = dot + self._target_dot(layer, g, targets[layer.weight], restarts)
+            else:
+                parts.append(self._formed(layer, g, problems).flatten(1))
+                names.append(layer.weight)
+            if layer.bias is not None:
+                parts.append(self._bias(layer, g, problems))
+                names.append(layer.bias)
+        parts += copied
+        names += list(self.tape.copies)
+        if parts:  # one product of all of them with their targets, (V, R, n) x (V, n)
+            trial = torch.cat(parts, 1).unflatten(0, (victims, restarts))
+            expected = self._targets(targets, names)[1]
+            if residual:
+                residual_sq = residual_sq + ((trial - expected.unsqueeze(1)) ** 2).sum(2).flatten()
+            else:
+                dot = dot + (trial @ expected.unsqueeze(2)).flatten()
+                trial_sq = trial_sq + (trial * trial).sum(2).flatten()
+        return GradientProducts(dot=dot, trial_sq=trial_sq, residual_sq=residual_sq,
+                                target_sq=self._targets(targets, names)[0].repeat_interleave(
+                                    restarts), layers=len(targets))
+
+    def _targets(self, targets: dict[str, torch.Tensor], names: list[str]
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The targets' squared norms (V,) and the targets ``names`` side by side (V, n),
+        made once per ``targets`` object and ``names``."""
+        if self._target_cache[0] is not targets or self._target_cache[1] != names:
             norms = sum(torch.stack([torch.dot(row, row) for row in t.flatten(1)])
                         for t in targets.values())  # one BLAS dot a row, no temporary
-            self._target_sq = (targets, norms.repeat_interleave(restarts))
-        return GradientProducts(dot=dot, trial_sq=trial_sq, residual_sq=residual_sq,
-                                target_sq=self._target_sq[1], layers=len(targets))
+            joined = torch.cat([targets[n].flatten(1) for n in names], 1) if names else None
+            self._target_cache = (targets, names, norms, joined)
+        return self._target_cache[2], self._target_cache[3]
 
     @staticmethod
-    def _target_dot(layer: _Layer, g: torch.Tensor, target: torch.Tensor,
+    def _target_dot(layer: Layer, g: torch.Tensor, target: torch.Tensor,
                     restarts: int) -> torch.Tensor:
         """(P,) <G^T X, T> = sum(G * (x convolved with T)), one call per victim."""
         dots = []

@@ -115,8 +115,7 @@ class Victims:
                  **_: torch.Tensor) -> torch.Tensor:
             value = torch.cat([cost(part) for cost, part in zip(costs, images.split(restarts))])
             if regularize is not None:
-                value = value + torch.stack([regularize(Candidate(
-                    x, None if latent is None else latent[p])) for p, x in enumerate(images)])
+                value = value + regularize(Candidate(images, latent))
             return value
 
         return loss
