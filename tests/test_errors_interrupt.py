@@ -76,8 +76,9 @@ def uninterrupted(tmp_path_factory) -> dict[str, str]:
 
 class Moment:
     """A job of ``rule`` is running in this run: its log was (re)written since the run
-    started and its output is not there yet; ``partial`` (a file it writes early) exists
-    or it has run for ``patience`` seconds."""
+    started and its output is not there yet; ``partial`` (a file it writes early, or a
+    test of the project's folder) exists or holds, or it has run for ``patience``
+    seconds."""
 
     def __init__(self, rule: str, outputs: list[tuple[str, str, str]], patience: float = 3.0):
         self.rule, self.outputs, self.patience = rule, outputs, patience
@@ -89,7 +90,8 @@ class Moment:
             if not log_path.is_file() or log_path.stat().st_mtime < since or done.exists():
                 continue
             first = self.seen.setdefault(log, time.time())
-            if list(root.glob(partial)) or time.time() - first > self.patience:
+            reached = partial(root) if callable(partial) else list(root.glob(partial))
+            if reached or time.time() - first > self.patience:
                 return log
         return None
 
@@ -355,6 +357,19 @@ RESUME_RUN = ["snakemake", "--cores", "all", "--configfile", "config/resumed.yam
 JOB = f"{CASE}/none-0/seed0"
 
 
+def kept_state_past(round_: int):
+    """Whether the FL job's kept state is of round ``round_`` or later (its checkpoint of
+    that round is kept before it: the round's evaluation comes between them)."""
+    def reached(root: Path) -> bool:
+        for path in root.glob(f"results/partial/fl_run/{JOB}/*/state.pt"):
+            try:
+                return io.load_torch(path)["state"]["round"] >= round_
+            except (OSError, ValueError, KeyError):  # replaced as it was read
+                return False
+        return False
+    return reached
+
+
 def resumed_project(root: Path) -> Path:
     root = copy_project(root)
     (root / "config" / "resumed.yaml").write_text(RESUMED)
@@ -363,14 +378,14 @@ def resumed_project(root: Path) -> Path:
 
 @pytest.mark.slow
 def test_a_killed_fl_run_and_attack_job_resume_from_what_they_kept(tmp_path):
-    """The FL job killed after round 45's checkpoint, then the attack job after its fourth
+    """The FL job killed after round 45's state was kept, then the attack job after its fourth
     of five chunks: each rerun continues from the kept state (its log says so) and the
     tables are those of an uninterrupted run."""
     clean = resumed_project(tmp_path / "clean")
     assert subprocess.run(RESUME_RUN, cwd=clean, env=ENV, capture_output=True).returncode == 0
     root = resumed_project(tmp_path / "killed")
     fl = Moment("fl_run", [(f"results/logs/fl_run/{JOB}.log", f"results/fl/{JOB}/metrics.json",
-                            f"results/partial/fl_run/{JOB}/*/round45.pt")], patience=600)
+                            kept_state_past(45))], patience=600)
     attack = Moment("attack", [(f"results/logs/attack/{JOB}.log",
                                 f"results/attacks/{JOB}/metrics.json",
                                 f"results/partial/attack/{JOB}/*/ig3.paper.0.pt")],

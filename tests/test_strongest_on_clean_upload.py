@@ -93,6 +93,7 @@ def test_applies_names_a_defense_of_the_gradient_alone():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("clean_upload")  # one worker makes `clean` (a minute) for all
 @pytest.mark.parametrize("family", sorted(ON_CLEAN))
 @pytest.mark.parametrize("name", sorted(DEFENDED))
 def test_no_defense_leaks_more_than_the_clean_upload(victims, clean, family, name):
@@ -112,6 +113,7 @@ def test_no_defense_leaks_more_than_the_clean_upload(victims, clean, family, nam
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("clean_upload")
 def test_without_the_per_layer_objective_clipping_leaks_more(victims, clean):
     """The finding that asked for it: Inverting Gradients' cosine over all layers on the
     clean upload recovers less than its adaptive form through clipping at bound 1."""

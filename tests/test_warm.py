@@ -54,7 +54,7 @@ def served(tmp_path, monkeypatch):
     for name, value in {**ENV, "PYTHONPATH": str(root / "src")}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("PYTEST_CURRENT_TEST")  # pytest changes it between setup and call
-    warm.start(root / "results")
+    warm.start(root / "results", warm.MIN_JOBS)
     path = os.environ[warm.SOCKET]
     wait_for(lambda: os.path.exists(path), "warm server socket")
     yield root, {**os.environ, **dict.fromkeys(warm.ONE_THREAD, "1")}

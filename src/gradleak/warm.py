@@ -2,17 +2,18 @@
 imported torch, the package and the plotting stack, so that a job does not pay 2-5 s of
 imports for 1-3 s of work (a paper's smoke run: hundreds of such jobs; docs/measurements.md).
 
-The Snakefile starts the server when a local run starts (``start``, its ``onstart``) and stops
-it when the run ends (``stop``); ``GRADLEAK_WARM_SOCKET`` names its socket to the jobs. A
-phase's command (``gradleak attack ...``) then hands its arguments, working folder,
-environment and standard streams to the server (``handoff``), which forks a child that runs
-the command exactly as the process would have, while the command waits for its exit status
-and passes on the signals it receives. The child is what a fresh process would be after its
-imports: nothing the server loads computes, draws a random number or starts a thread; every
-job seeds itself. Where the server cannot give that (another working folder or environment
-than the one it imported under, its package's files edited since, no server), the command runs
-as a cold process, as without warm starts; ``results/logs/warm.log`` names each job served
-(its status and seconds) and why one was not.
+The Snakefile starts the server when a local run of several jobs starts (``start``, its
+``onstart``) and stops it when the run ends (``stop``); ``GRADLEAK_WARM_SOCKET`` names its
+socket to the jobs. A phase's command (``gradleak attack ...``) then hands its arguments,
+working folder, environment and standard streams to the server (``handoff``), which forks a
+child that runs the command exactly as the process would have, while the command waits for
+its exit status and passes on the signals it receives. The child is what a fresh process
+would be after its imports: nothing the server loads computes, draws a random number or
+starts a thread; every job seeds itself. Where the server cannot give that (another working
+folder or environment than the one it imported under, its package's files edited since, no
+server), the command runs as a cold process, as without warm starts;
+``results/logs/warm.log`` names each job served (its status and seconds) and why one was
+not.
 
 A killed command (Snakemake interrupted, a SIGKILL) closes its connection and the server
 kills its child at once; a server whose Snakemake is gone exits. ``GRADLEAK_WARM=0`` turns
@@ -54,6 +55,9 @@ PRELOAD = ("torch", "torch._dynamo", "numpy", "scipy.optimize", "scipy.stats", "
            "gradleak.attacks", "gradleak.defenses", "gradleak.fl", "gradleak.adversaries",
            "gradleak.metrics", "gradleak.data", "gradleak.report")
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+# The server's imports cost about two cold starts, and the jobs that start before it is
+# ready run cold: a run of fewer jobs (a DVC stage's, one target re-made) starts none.
+MIN_JOBS = 5
 PACKAGE = Path(__file__).resolve().parent
 WAIT_S = 0.05  # the server's poll for ended children, closed connections and its parent
 
@@ -131,9 +135,10 @@ def _line(conn: socket.socket) -> str:
 
 # -- the run's side -----------------------------------------------------------------------
 
-def start(results: Path) -> None:
-    """Start the run's server (the Snakefile's onstart) and name its socket to the jobs."""
-    if os.environ.get(SWITCH) == "0":
+def start(results: Path, jobs: int) -> None:
+    """Start the server of a run of ``jobs`` jobs (the Snakefile's onstart) and name its
+    socket to them; none for fewer than :data:`MIN_JOBS`."""
+    if os.environ.get(SWITCH) == "0" or jobs < MIN_JOBS:
         return
     folder = tempfile.mkdtemp(prefix="gradleak-warm-")  # 0700: this user's alone
     path = os.path.join(folder, "socket")
