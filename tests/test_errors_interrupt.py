@@ -75,10 +75,9 @@ def uninterrupted(tmp_path_factory) -> dict[str, str]:
 
 
 class Moment:
-    """A job of ``rule`` is running in this run: its log was (re)written since the run
-    started and its output is not there yet; ``partial`` (a file it writes early, or a
-    test of the project's folder) exists or holds, or it has run for ``patience``
-    seconds."""
+    """A job of ``rule`` is running: its log was (re)written since the run started, its
+    output is not there yet, and ``partial`` (a glob, or a test of the project's folder)
+    holds or it has run for ``patience`` seconds."""
 
     def __init__(self, rule: str, outputs: list[tuple[str, str, str]], patience: float = 3.0):
         self.rule, self.outputs, self.patience = rule, outputs, patience
@@ -235,10 +234,8 @@ def test_a_full_disk_leaves_the_old_file_or_none_and_names_the_path(tmp_path, mo
                                                                    patch, write, name):
     module, attribute, error = patch
     if isinstance(module, str):
-        import importlib
-
         path, cls = module.rsplit(".", 1)
-        module = getattr(importlib.import_module(path), cls)
+        module = getattr(__import__(path, fromlist=[cls]), cls)
     target = tmp_path / "results" / name
     target.parent.mkdir(parents=True)
     target.write_bytes(b"the complete previous version")
@@ -341,8 +338,7 @@ def test_removing_a_stale_lock_remakes_the_killed_jobs_outputs(tmp_path):
 
 # -- a killed long job resumes ----------------------------------------------------------
 
-# One FL run of 60 rounds (its state kept every 5th) and one attack job of five attacks,
-# each one chunk of victims
+# One FL run of 60 rounds (its state kept every 5th), one attack job of five one-chunk attacks
 RESUMED = """title: resumed
 threads: 1
 datasets: {digits: {channels: 1, size: 16}}
@@ -358,14 +354,13 @@ JOB = f"{CASE}/none-0/seed0"
 
 
 def kept_state_past(round_: int):
-    """Whether the FL job's kept state is of round ``round_`` or later (its checkpoint of
-    that round is kept before it: the round's evaluation comes between them)."""
+    """Whether the FL job's kept state is of round ``round_`` or later."""
     def reached(root: Path) -> bool:
         for path in root.glob(f"results/partial/fl_run/{JOB}/*/state.pt"):
             try:
                 return io.load_torch(path)["state"]["round"] >= round_
             except (OSError, ValueError, KeyError):  # replaced as it was read
-                return False
+                break
         return False
     return reached
 
@@ -394,8 +389,7 @@ def test_a_killed_fl_run_and_attack_job_resume_from_what_they_kept(tmp_path):
     assert not (root / f"results/fl/{JOB}/metrics.json").exists()
     run_and_kill(root, attack, whole=False, command=RESUME_RUN)
     fl_log = (root / f"results/logs/fl_run/{JOB}.log").read_text()
-    # killed once round 45's state was kept: the rerun continues from the last state kept
-    # before the kill landed (45, or 50 where the job ran on for a few milliseconds)
+    # from the last state kept before the kill landed (45, or 50 if it ran on a moment)
     resumed = re.search(r"resuming at round (\d+) of 60 from", fl_log)
     assert resumed and 45 <= int(resumed[1]) < 60, fl_log[-2000:]
     final = subprocess.run(RESUME_RUN, cwd=root, env=ENV, capture_output=True, text=True)
