@@ -5,9 +5,11 @@ can hand one over (`gradleak <cmd> --config`, `snakemake` with the embedded defa
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import torch
-from project import SNAKEMAKE, copy_project, run
+from project import ENV, SNAKEMAKE, copy_project, run
 
 from gradleak import cli
 from gradleak.utils.io import save_torch
@@ -245,3 +247,28 @@ def test_snakemake_names_a_syntax_error_in_the_embedded_default(tmp_path):
     default.write_text(default.read_text() + "\nfl: {rounds: 3\n")
     line = snakemake_fails(root)
     assert "config/config.yaml is not valid YAML/JSON" in line and "line" in line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("override, key", [
+    (["fll=1"], "unknown key 'fll'"),
+    (["defenses={'pruning': {'strengths': [-0.5]}}"], "'defenses.pruning.strengths[0]'"),
+])
+def test_bad_config_fails_before_any_job_with_one_line(tmp_path, override, key):
+    """--config overrides on the embedded default, through Snakemake."""
+    root = copy_project(tmp_path / "project")
+    proc = run([*SNAKEMAKE, "--cores", "1", "--config", *override], root, check=False)
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if key in line]
+    assert len(lines) == 1, proc.stderr
+    assert "gradleak: invalid config" in lines[0]
+    assert not (root / "results").exists()
+
+
+@pytest.mark.slow
+def test_a_bad_cluster_variable_fails_before_any_job_with_one_line(tmp_path):
+    root = copy_project(tmp_path / "project")
+    proc = subprocess.run([*SNAKEMAKE, "-n", "--configfile", "config/test.yaml"], cwd=root,
+                          env={**ENV, "GRADLEAK_SLURM_GPUS": "two"}, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "gradleak: GRADLEAK_SLURM_GPUS='two': expected a number" in proc.stderr.splitlines()

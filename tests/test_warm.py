@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -155,3 +156,32 @@ def test_without_a_server_a_command_runs_itself(monkeypatch, tmp_path):
     assert warm.handoff(["prepare-data"]) is None
     monkeypatch.setenv(warm.SWITCH, "0")
     assert warm.handoff(["prepare-data"]) is None
+
+
+def test_a_new_run_removes_what_killed_servers_left_and_nothing_else(tmp_path):
+    """A SIGKILLed run leaves its server's folder: with a socket nothing listens on, or
+    empty where it was killed as it imported. Live servers and young folders stay."""
+    def folder(name: str, listening: bool | None) -> tuple[Path, socket.socket | None]:
+        path = tmp_path / f"{warm.PREFIX}{name}"
+        path.mkdir()
+        if listening is None:
+            return path, None
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path / "socket"))
+        server.listen(1)
+        if not listening:
+            server.close()
+        return path, server
+
+    dead, _ = folder("dead", listening=False)
+    live, server = folder("live", listening=True)
+    young, _ = folder("young", listening=None)
+    old, _ = folder("old", listening=None)
+    os.utime(old, (time.time() - 2 * warm.STALE_S,) * 2)
+    other = tmp_path / "other"
+    other.mkdir()
+    warm.sweep(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [live.name, young.name, "other"])
+    assert (live / "socket").exists()
+    server.close()

@@ -16,7 +16,8 @@ server), the command runs as a cold process, as without warm starts;
 not.
 
 A killed command (Snakemake interrupted, a SIGKILL) closes its connection and the server
-kills its child at once; a server whose Snakemake is gone exits. ``GRADLEAK_WARM=0`` turns
+kills its child at once; a server whose Snakemake is gone exits, and the folder of its
+socket that a SIGKILLed server leaves the next run removes (``sweep``). ``GRADLEAK_WARM=0`` turns
 warm starts off. Under SLURM the jobs run on other machines and start cold.
 
 What differs from a cold job: Snakemake's ``benchmark:`` files sample the command's own
@@ -59,6 +60,8 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 # ready run cold: a run of fewer jobs (a DVC stage's, one target re-made) starts none.
 MIN_JOBS = 5
 PACKAGE = Path(__file__).resolve().parent
+PREFIX = "gradleak-warm-"  # the server's folder in the temporary folder
+STALE_S = 600  # a folder still without its socket after this was left by a killed server
 WAIT_S = 0.05  # the server's poll for ended children, closed connections and its parent
 
 
@@ -140,7 +143,8 @@ def start(results: Path, jobs: int) -> None:
     socket to them; none for fewer than :data:`MIN_JOBS`."""
     if os.environ.get(SWITCH) == "0" or jobs < MIN_JOBS:
         return
-    folder = tempfile.mkdtemp(prefix="gradleak-warm-")  # 0700: this user's alone
+    sweep(Path(tempfile.gettempdir()))
+    folder = tempfile.mkdtemp(prefix=PREFIX)  # 0700: this user's alone
     path = os.path.join(folder, "socket")
     env = {**os.environ, **dict.fromkeys(ONE_THREAD, "1")}
     log = Path(results) / "logs" / "warm.log"
@@ -149,6 +153,29 @@ def start(results: Path, jobs: int) -> None:
         subprocess.Popen([sys.executable, "-m", "gradleak.cli", SERVE, path, str(os.getpid())],
                          env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     os.environ[SOCKET] = path
+
+
+def sweep(folder: Path, now: float | None = None) -> None:
+    """Remove what killed servers left in ``folder``: this user's socket that no server
+    listens on, or a folder with none after :data:`STALE_S` (killed as it imported)."""
+    now = time.time() if now is None else now
+    for left in folder.glob(PREFIX + "*"):
+        try:
+            if left.stat().st_uid != os.getuid():
+                continue
+            path = left / "socket"
+            if path.exists():
+                with socket.socket(socket.AF_UNIX) as probe:
+                    try:
+                        probe.connect(str(path))
+                        continue  # a live server's
+                    except ConnectionRefusedError:
+                        path.unlink()
+            elif now - left.stat().st_mtime < STALE_S:
+                continue
+            left.rmdir()
+        except OSError:  # removed meanwhile, or not ours to remove
+            continue
 
 
 def stop() -> None:
