@@ -8,12 +8,15 @@ gives, per attack and snapshot, the victims' PSNR against their truth (each vict
 over its batch; images in [0, 1], uint8 caps it near 59 dB) and the mean with its interval
 (``report.intervals.interval``). A reduced scale may run fewer iterations than the paper
 only where such a curve shows the shorter budget within 1 dB of the paper's
-(``regime.reconstructs[].converged``, decision 0105). For example, Refiner's attacks on
-its CIFAR-10 stand-in at the paper's budgets:
+(``regime.reconstructs[].converged``, decision 0105). For example, Refiner's attacks at
+the paper's budgets (the full scale: a reduced scale's cut iterations are what the curve
+is to justify) on its CIFAR-10 stand-in; they attack round 0, so one FL round plans them:
 
-    snakemake --cores all --configfile config/paper/refiner.yaml --config scale=reduced \
-        "attack={victims: {count: 16}, outputs: {snapshots: [250, 500, 1000, 2000, 4000]}}" \
-        results/attacks/cifar10-lenet-iid-k10/none-0/seed0/metrics.json
+    snakemake results/attacks/cifar10-lenet-iid-k10/none-0/seed0/metrics.json --cores all \
+        --configfile config/paper/refiner.yaml --config device=cpu \
+        "datasets={cifar10: {stand_in: natural, max_images: 6000}}" "fl={rounds: 1, seeds: [0]}" \
+        "attack={victims: {count: 16}, outputs: {metrics: [psnr],
+                 snapshots: [50, 150, 300, 1000, 2000, 4000]}}"
     python benchmarks/convergence.py results [--setting none-0] [--out FILE.csv]
 """
 
