@@ -129,13 +129,16 @@ warm.Server(sys.argv[1], int(sys.argv[2]), run, dict(os.environ)).serve()
 
 def test_a_killed_command_kills_its_child_and_the_server_leaves_with_its_run(tmp_path):
     """The child writes a dot every 50 ms for 30 s: once its command is SIGKILLed, no dot is
-    written; once the process that started the server is gone, the server exits."""
+    written; once the process that started the server is gone, the server exits. A probe
+    that asks nothing (``sweep``'s) leaves it serving."""
     (tmp_path / "warm").mkdir()
     path, ticks = str(tmp_path / "warm" / "socket"), tmp_path / "ticks"
     parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     server = subprocess.Popen([sys.executable, "-c", SLOW_JOB, path, str(parent.pid)],
                               cwd=tmp_path)
     wait_for(lambda: os.path.exists(path), "server socket")
+    with socket.socket(socket.AF_UNIX) as probe:  # another run's sweep: the server goes on
+        probe.connect(path)
     command = subprocess.Popen([sys.executable, "-c", "import sys; from gradleak import warm; "
                                 "sys.exit(warm.handoff([sys.argv[1]]))", str(ticks)],
                                cwd=tmp_path, env={**os.environ, warm.SOCKET: path})

@@ -241,6 +241,9 @@ class Server:
     def _accept(self, listener: socket.socket) -> bool:
         conn, _ = listener.accept()
         message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+        if not message:  # a probe that asked nothing: another run's sweep found it alive
+            conn.close()
+            return True
         request = json.loads(message)
         if request.get("stop"):
             conn.close()
