@@ -3,7 +3,8 @@ these rows only, not every target's grid.
 
 A claim reads the rows of its target that ``of`` names and, with ``to``, those of ``of``
 with ``to``'s keys changed; a regime entry (``regime.reconstructs``, ``regime.learns``) the
-undefended rows it names. A claim that ``left_out`` names reads nothing. A point of a
+undefended rows it names, where a claim that is planned may require it. A claim that
+``left_out`` names reads nothing. A point of a
 target is kept when its keys match some read row on every key the row names (a null key:
 any value; a key the point does not carry, such as a seed, matches), and it keeps the
 attack labels those rows name (every one, where none names ``attack``).
@@ -16,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from gradleak.utils.keys import same
+from gradleak.utils.metric_kinds import FL_METRICS, kind_of
 
 
 def entries(config: Mapping) -> list[Mapping]:
@@ -24,15 +26,37 @@ def entries(config: Mapping) -> list[Mapping]:
     return [*regime.get("reconstructs", []), *regime.get("learns", [])]
 
 
+def planned_claims(config: Mapping) -> list[Mapping]:
+    """The claims that ``left_out`` does not name."""
+    return [c for c in config["claims"] if c["id"] not in config.get("left_out", {})]
+
+
+def required_entries(config: Mapping) -> list[Mapping]:
+    """The regime entries some planned claim may require (``report.verdicts``): those its
+    ``requires`` names, else every entry of the part its kind reads (``reconstructs``: an
+    attack or attribute claim; ``learns``: a utility claim, or one picking rows by an FL
+    metric)."""
+    regime, names = config.get("regime", {}), set()
+    for claim in planned_claims(config):
+        if claim["target"] not in config["targets"]:
+            continue  # a narrowed configuration (one target's estimate)
+        kind = kind_of(claim["metric"], "study" in config["targets"][claim["target"]])
+        parts = {"reconstructs": kind in ("attack", "attribute"),
+                 "learns": kind == "utility" or bool(set(claim.get("over", {})) & set(FL_METRICS))}
+        for part in (p for p, read in parts.items() if read):
+            named = claim.get("requires", {}).get(part)
+            names |= set(named) if named is not None else {e["id"] for e in regime.get(part, [])}
+    return [e for e in entries(config) if e["id"] in names]
+
+
 def read_rows(config: Mapping) -> dict[str, list[dict]]:
-    """Target -> the rows (key values; null: any) its claims and regime entries read."""
+    """Target -> the rows (key values; null: any) its planned claims and the regime entries
+    they may require read."""
     rows: dict[str, list[dict]] = {}
-    for claim in config["claims"]:
-        if claim["id"] in config.get("left_out", {}):
-            continue
+    for claim in planned_claims(config):
         sides = [claim["of"]] + ([{**claim["of"], **claim["to"]}] if "to" in claim else [])
         rows.setdefault(claim["target"], []).extend(dict(side) for side in sides)
-    for entry in entries(config):
+    for entry in required_entries(config):
         rows.setdefault(entry["target"], []).append(dict(entry["of"]))
     return rows
 
