@@ -130,6 +130,23 @@ def test_the_reduced_scale_plans_the_rows_the_claims_read():
     assert claims.claim_data(reduced)["time-cifar10"] == "stand-in"
 
 
+def test_the_reduced_scale_plans_only_the_regime_its_planned_claims_require():
+    """Refiner leaves out every claim on ResNet-18, SVHN, CIFAR-100 and the non-IID split:
+    their regime entries' rows (Figs. 11-13) are not planned; leaving out every claim but
+    one study plans no regime row at all."""
+    raw = _raw("refiner")
+    reduced = configuration.validate({**raw, "scale": "reduced"})
+    required = {e["id"] for e in claim_rows.required_entries(reduced)}
+    assert required == {"idlg-lenet-cifar10", "gi-lenet-cifar10", "ig-lenet-cifar10",
+                        "gga-lenet-cifar10", "fl-lenet-cifar10", "fl-lenet-centralised"}
+    assert not {"fig11", "fig12", "fig13"} & set(plan.targets(reduced))
+    only_study = {c["id"]: "left out" for c in raw["claims"] if c["id"] != "shift-mse-above-noise"}
+    study = configuration.validate({**raw, "scale": "reduced", "reduced_overrides": {
+        **raw["reduced_overrides"], "left_out": only_study}})
+    assert claim_rows.required_entries(study) == []
+    assert plan.targets(study) == ["fig3"]
+
+
 def test_what_a_scale_cannot_decide_is_known_before_any_job():
     raw = _raw("epafl")
     smoke = claims.construction(configuration.validate({**raw, "scale": "smoke"}))

@@ -1,0 +1,30 @@
+"""The device script's choice of left-out claims (benchmarks/device_claims.py): the cheapest
+that fit the budget, never a claim left out for its data."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pandas as pd
+from conftest import REPO
+
+spec = importlib.util.spec_from_file_location("device_claims",
+                                              REPO / "benchmarks" / "device_claims.py")
+device_claims = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(device_claims)
+
+
+def _priced(gpu: list) -> pd.DataFrame:
+    return pd.DataFrame({"jobs": [3, 4, 5, 6], "cpu_hours": [8.0, 16.0, 2.0, 1.0],
+                         "gpu_hours": gpu}, index=["a", "b", "c", "stand"])
+
+
+def test_the_cheapest_left_out_claims_that_fit_the_budget_are_chosen():
+    left_out = {"a": "Refiner's runs", "b": "Refiner's runs", "c": "Soteria's runs",
+                "stand": "the stand-in: one set of photographs"}
+    chosen, hours = device_claims.choose(left_out, _priced([0.05, 0.1, 0.02, 0.01]), 5, 16)
+    assert chosen == ["c", "a"] and abs(hours - 0.07) < 1e-9  # 4.2 minutes; b would pass 5
+    # without a GPU price, CPU-hours over the cores
+    chosen, hours = device_claims.choose(left_out, _priced([None] * 4), 60, 16)
+    assert chosen == ["c", "a"] and abs(hours - 10 / 16) < 1e-9
+    assert device_claims.choose(left_out, _priced([None] * 4), 1, 16) == ([], 0.0)
