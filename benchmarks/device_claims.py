@@ -3,8 +3,8 @@ left_out``, decision 0105), run on a GPU machine within a budget, and their clai
 
 1. Every left-out claim is priced alone on this machine: ``gradleak estimate --by claim
    --format csv`` of the reduced scale with nothing left out (GPU-hours where CUDA is
-   there, else CPU-hours over ``--cores``); a claim left out for its data (a stand-in),
-   not its price, stays out (``--keep`` names the reasons that mean data).
+   there, else CPU-hours over ``--cores``); a claim left out for its data (a reason
+   starting with one of ``DATA_REASONS``), not its price, stays out.
 2. The cheapest claims are kept while their summed price fits ``--minutes`` (a job two
    claims share is priced in both: the sum over-counts, never under).
 3. The configuration with only the others left out is written beside the results, and
