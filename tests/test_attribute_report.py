@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from gradleak import config as cfg
-from gradleak.experiment import configuration, plan
+from gradleak.experiment import configuration, fl_runs, plan
 from gradleak.report.attribute import attribute_gap, attribute_table, attribute_tradeoff
 from gradleak.report.figures import save_figure
 from gradleak.settings import Setting
@@ -69,7 +69,7 @@ def test_plan_runs_attribute_jobs_for_the_named_defenses_and_the_undefended_zoo_
     config = configuration.load("config/test.yaml")
     jobs = plan.attribute_jobs(config)
     assert {s.defense for _, s in jobs} == set(config["attribute"]["defenses"])
-    assert (jobs[0][0], plan.NONE) in plan.fl_settings(config)
+    assert (jobs[0][0], plan.NONE) in fl_runs.fl_settings(config)
     assert set(config["attribute"]["rounds"]) <= set(plan.checkpoint_rounds(config))
     assert plan.attributes(config, jobs[0][0]) == ["ink", "slant", "stroke"]
     no_adversaries = configuration.validate({**cfg.read("config/test.yaml"),

@@ -344,20 +344,17 @@ def test_fig_a4_draws_the_attacks_of_one_uploads_in_one_panel_ending_together(tm
 
 def test_giml_under_pruning_only_still_plans_the_undefended_run_it_learns_from():
     """Fig. 6 attacks pruned uploads (sparsity 0.95) only: GIML's generator still learns
-    from the undefended FL run, which the plan trains (also as the pruned run's PMM
-    reference, ``Setting.reference``), and train_giml reads it."""
+    from the undefended FL run, which the plan trains (also as the reference whose initial
+    model the round-0 attacks load, ``fl_runs.model_setting``), and train_giml reads it; the
+    pruned run is not trained (nothing reads its FL metrics or a later round)."""
     from pathlib import Path
 
-    from gradleak.experiment import pipeline, plan
+    from gradleak.experiment import fl_runs, pipeline, plan
 
-    def fl_runs(conf: dict) -> list:
-        """(case, setting) of every FL run, the undefended one at every seed the pruned one
-        has (its PMM's reference)."""
-        found = [(job["case"], job["setting"], job["seed"])
-                 for job in pipeline.walk(conf, Path("results"))["fl_run"]]
-        seeds = {setting: {s for _, t, s in found if t == setting} for _, setting, _ in found}
-        assert len({frozenset(v) for v in seeds.values()}) == 1
-        return sorted({(case, setting) for case, setting, _ in found}, key=str)
+    def trained(conf: dict) -> list:
+        """(case, setting) of every FL run the pipeline plans."""
+        return sorted({(job["case"], job["setting"])
+                       for job in pipeline.walk(conf, Path("results"))["fl_run"]}, key=str)
 
     conf = configuration.validate({
         "cases": [{"dataset": "digits", "model": "lenet",
@@ -365,11 +362,11 @@ def test_giml_under_pruning_only_still_plans_the_undefended_run_it_learns_from()
         "defenses": {"pruning": {"strengths": [0.95]}},
         "attacks": {"giml_zw": {"attack": "giml"}, "wrong_zw": {"attack": "gias"}},
         "targets": {"fig6": {"title": "t", "select": [{"defenses": ["pruning"]}]}}})
-    both = [(CASE, plan.NONE), (CASE, plan.Setting.of("pruning", 0.95))]
-    assert fl_runs(conf) == both and plan.fl_settings(conf) == both
+    undefended = [(CASE, plan.NONE)]
+    assert trained(conf) == undefended and fl_runs.fl_settings(conf) == undefended
     giml = [job for job in pipeline.walk(conf, Path("results"))["train_giml"]]
     assert giml and all(job["case"] == CASE for job in giml)
     conf["attacks"].pop("giml_zw")
     conf["targets"]["fig6"]["select"][0]["attacks"] = ["wrong_zw"]
-    assert fl_runs(conf) == both
+    assert trained(conf) == undefended
     assert not pipeline.walk(conf, Path("results"))["train_giml"]

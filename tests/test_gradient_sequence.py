@@ -17,7 +17,7 @@ from gradleak import attacks, data, defenses
 from gradleak import config as cfg
 from gradleak.attacks.gradient_sequence import ObservedSequence
 from gradleak.data import load_digits
-from gradleak.experiment import paths, plan
+from gradleak.experiment import fl_runs, paths, plan
 from gradleak.experiment.artifacts import build_defense
 from gradleak.experiment.configuration import validate
 from gradleak.experiment.job import Job, model_at
@@ -94,7 +94,7 @@ def measured(prepared):
 
 def test_sweeps_plan_the_sequence_settings_on_one_fl_run(prepared):
     config, _ = prepared
-    assert plan.fl_settings(config) == [(CASE, plan.NONE)]  # attack.* sweeps leave FL alone
+    assert fl_runs.fl_settings(config) == [(CASE, plan.NONE)]  # attack.* sweeps leave FL alone
     assert [s.text for s in plan.settings(config)] == [
         "none-0~attack.protocol.sequence.steps=1",
         "none-0~attack.protocol.sequence.steps=1~attack.protocol.sequence.theta=reinitialised",

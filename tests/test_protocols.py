@@ -18,7 +18,7 @@ from project import ENV, copy_project
 from test_matched_utility import _json
 
 from gradleak.config import ConfigError, read
-from gradleak.experiment import configuration, plan
+from gradleak.experiment import configuration, fl_runs, plan
 from gradleak.experiment.phases.aggregate import protocol_names
 from gradleak.report import write_figures, write_report, write_tables
 from gradleak.report.matched_utility import matched_utility
@@ -35,7 +35,7 @@ def test_each_point_runs_under_each_protocol_with_its_own_undefended_fl_run():
     settings = {s.text for s in plan.settings(config)}
     assert {"none-0", f"none-0~{FEDAVG}", "soteria-0.6", f"soteria-0.6~{FEDAVG}"} <= settings
     assert len(settings) == 2 * sum(len(d["strengths"]) for d in config["defenses"].values())
-    trained = {s.text for _, s in plan.fl_settings(config)}
+    trained = {s.text for _, s in fl_runs.fl_settings(config)}
     assert "none-0~fl.local_steps=5" in trained and "soteria-0.6~fl.local_steps=5" in trained
     assert not any("attack.protocol" in s for s in trained)  # the batch is the attack's
     assert Setting.parse(f"soteria-0.6~{FEDAVG}").reference.text == "none-0~fl.local_steps=5"

@@ -64,12 +64,10 @@ def test_a_case_partitioned_by_an_attribute_is_named_and_checked():
     built = configuration.validate({"datasets": {"lfw": {"stand_in": "digits"}}, "cases": [case]})
     assert plan.case_names(built) == ["lfw-attribute_cnn-byidentity-k10"]
     bad = {**case, "partition": {**case["partition"], "attribute": "person"}}
-    bad_config = configuration.validate({"datasets": {"lfw": {"stand_in": "digits"}},
-                                         "cases": [bad]})
     with pytest.raises(config.ConfigError, match=r"case lfw/attribute_cnn 'partition.attribute':"
                                                  r" 'person' is not an attribute of dataset "
                                                  r"'lfw'; expected one of \['age', "):
-        plan.case_names(bad_config)
+        configuration.validate({"datasets": {"lfw": {"stand_in": "digits"}}, "cases": [bad]})
 
 
 # -- per-client protected attribute ----------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO
 
 from gradleak import config
-from gradleak.experiment import configuration, gather, paths, plan
+from gradleak.experiment import configuration, fl_runs, gather, paths, plan
 from gradleak.experiment.phases import target
 from gradleak.experiment.phases.train_zoo import zoo_attributes
 from gradleak.report.target_curves import attribute_figure
@@ -123,7 +123,7 @@ def small_config() -> dict:
 
 def write_runs(cfg: dict, results) -> None:
     """An FL metrics file per planned FL run; an attribute metrics file per attribute job."""
-    for case, setting in plan.fl_settings(cfg):
+    for case, setting in fl_runs.fl_settings(cfg):
         write_json(paths.fl_metrics(results, case, setting, 0), {
             "case": case, "setting": setting.text, "defense": setting.label,
             "strength": setting.strength, "seed": 0, "final_accuracy": 0.8,
@@ -202,9 +202,9 @@ def test_the_recupfl_paper_config_plans_attribute_jobs_only_where_targets_read_t
         "audiomnist", "adult", "lfw", "celeba"}
     assert all(smoke["datasets"][d]["stand_in"] == "digits"
                for d in ("audiomnist", "adult", "lfw", "celeba"))
-    assert len(plan.fl_settings(smoke)) <= 25 and len(plan.attribute_jobs(smoke)) <= 16
+    assert len(fl_runs.fl_settings(smoke)) <= 25 and len(plan.attribute_jobs(smoke)) <= 16
     for cfg in (paper, smoke):  # RecUP-FL protects attributes its case's zoo has
-        for case, setting in plan.fl_settings(cfg):
+        for case, setting in fl_runs.fl_settings(cfg):
             name, params = plan.defense_of(cfg, setting)
             if name == "recupfl":
                 assert set(params["attributes"]) <= set(plan.attributes(cfg, case)), setting

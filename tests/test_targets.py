@@ -11,7 +11,7 @@ from conftest import REPO
 from conftest import lenet_victims as victims
 
 from gradleak import attacks, config, defenses
-from gradleak.experiment import configuration, plan
+from gradleak.experiment import configuration, fl_runs, plan
 from gradleak.report.markdown import beside
 from gradleak.report.reference import compare
 from gradleak.report.target_data import TargetInputs, build_table
@@ -29,7 +29,7 @@ def test_a_sweep_makes_one_setting_per_value_and_shares_repeated_work():
     assert cell.setting == Setting("none", 0)
     jobs = plan.jobs(EPAFL)
     assert jobs[cell.case, cell.setting] == ("dlg", "hybrid", "idlg", "plateau", "threshold")
-    assert len(jobs) == 34 and len(plan.fl_settings(EPAFL)) == 2  # sweeps of attacks share FL
+    assert len(jobs) == 34 and len(fl_runs.fl_settings(EPAFL)) == 2  # sweeps of attacks share FL
 
 
 def test_a_defense_parameter_sweep_is_a_short_override():

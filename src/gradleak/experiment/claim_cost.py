@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from gradleak.experiment import claims, estimate
-from gradleak.utils.metric_kinds import FL_METRICS, kind_of
+from gradleak.utils.metric_kinds import reads_fl
 
 BUDGET = 6.0  # CPU-hours: a paper's reduced scale, 3 hours on a 2-core machine
 
@@ -25,11 +25,9 @@ def alone(config: dict, claim: dict) -> dict:
         return narrowed
     regime = config["regime"]
     read = claims.attacks_read(config, claim)
-    utility = kind_of(claim["metric"]) == "utility" or set(claim.get("over", {})) & set(
-        FL_METRICS)
     return {**config, "claims": [claim], "left_out": {}, "regime": {
         **regime, "reconstructs": [e for e in regime["reconstructs"] if set(e["attacks"]) & read],
-        "learns": regime["learns"] if utility else []}}
+        "learns": regime["learns"] if reads_fl(claim) else []}}
 
 
 def rows(config: dict, results: Path = estimate.RESULTS) -> list[dict]:

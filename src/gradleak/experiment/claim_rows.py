@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from gradleak.utils.keys import same
-from gradleak.utils.metric_kinds import FL_METRICS, kind_of
+from gradleak.utils.metric_kinds import kind_of, reads_fl
 
 
 def entries(config: Mapping) -> list[Mapping]:
@@ -40,9 +40,9 @@ def required_entries(config: Mapping) -> list[Mapping]:
     for claim in planned_claims(config):
         if claim["target"] not in config["targets"]:
             continue  # a narrowed configuration (one target's estimate)
-        kind = kind_of(claim["metric"], "study" in config["targets"][claim["target"]])
-        parts = {"reconstructs": kind in ("attack", "attribute"),
-                 "learns": kind == "utility" or bool(set(claim.get("over", {})) & set(FL_METRICS))}
+        study = "study" in config["targets"][claim["target"]]
+        kind = kind_of(claim["metric"], study)
+        parts = {"reconstructs": kind in ("attack", "attribute"), "learns": reads_fl(claim, study)}
         for part in (p for p, read in parts.items() if read):
             named = claim.get("requires", {}).get(part)
             names |= set(named) if named is not None else {e["id"] for e in regime.get(part, [])}

@@ -21,7 +21,7 @@ from gradleak.config import (
     validate_schema,
 )
 from gradleak.data import datasets
-from gradleak.experiment import claims, priors, sweep_rules, target_rules, victims
+from gradleak.experiment import claims, fl_runs, priors, sweep_rules, target_rules, victims
 
 # Where each key of the flat `attack:` section went when it was split by what its keys are
 # about (decision 0089): which victims, the protocol observed, the attacker, the outputs.
@@ -89,6 +89,7 @@ def validate(config: dict | None) -> dict:
     _validate_combinations(config)
     _validate_classes(config)
     priors.check(config)
+    fl_runs.check_checkpoint_rounds(config)
     return config
 
 

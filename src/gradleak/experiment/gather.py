@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gradleak.experiment import paths, plan
+from gradleak.experiment import fl_runs, paths, plan
 from gradleak.experiment.studies import registry as studies
 from gradleak.metrics.maintenance import pmm
 from gradleak.report.tables import fl_rows, load_record, victim_rows
@@ -24,9 +24,10 @@ def _keys(config: dict, point: plan.Point, seed: int) -> dict:
 def _fl_summary(config: dict, results: Path, case: str, setting: Setting, seed: int) -> dict:
     """Final accuracy, test loss, PMM (against the undefended run under the same FL
     protocol, ``Setting.reference``, when it was run) and the share of uploads that were
-    the clean gradient."""
+    the clean gradient; NaN where the plan trains no run of the setting (``fl_runs``)."""
     path = paths.fl_metrics(results, case, plan.fl_setting(setting), seed)
-    if not path.is_file():
+    trained = (case, plan.fl_setting(setting)) in fl_runs.fl_settings(config)
+    if not trained or not path.is_file():
         return {"accuracy": np.nan, "test_loss": np.nan, "pmm": np.nan, "fallback_rate": np.nan}
     run = fl_rows(path)
     base = paths.fl_metrics(results, case, setting.reference, seed)
@@ -53,7 +54,7 @@ def target_inputs(config: dict, results: Path, name: str) -> TargetInputs:
         return TargetInputs(*(pd.DataFrame() for _ in range(4)), study=pd.DataFrame(
             measured.rows), arrays=measured.arrays)
     victims, fl, history, details, attribute = [], [], [], [], []
-    attributed = set(plan.attribute_jobs(config))
+    attributed, trained = set(plan.attribute_jobs(config)), set(fl_runs.fl_settings(config))
     for point in (p for p in plan.points(config) if p.target == name):
         setting = plan.fl_setting(point.setting)
         if (point.case, setting) in attributed:
@@ -61,7 +62,7 @@ def target_inputs(config: dict, results: Path, name: str) -> TargetInputs:
                 attribute += _attribute_rows(
                     paths.attribute_metrics(results, point.case, setting, seed),
                     _keys(config, point, seed))
-        for seed in config["fl"]["seeds"]:
+        for seed in config["fl"]["seeds"] if (point.case, setting) in trained else ():
             keys = _keys(config, point, seed)
             summary = _fl_summary(config, results, point.case, point.setting, seed)
             fl.append({**keys, **summary})

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from gradleak import data, models
-from gradleak.experiment import paths, plan
+from gradleak.experiment import fl_runs, paths, plan
 from gradleak.settings import Setting
 from gradleak.utils.io import load_state, load_torch
 
@@ -64,7 +64,8 @@ class Job:
     @property
     def checkpoint(self) -> Path:
         round_ = plan.saved_round(self.resolved["attack"])
-        return paths.checkpoint(self.results, self.case, plan.fl_setting(self.setting),
+        return paths.checkpoint(self.results, self.case,
+                                fl_runs.model_setting(self.config, self.setting),
                                 self.seed, round_)
 
 

@@ -242,19 +242,6 @@ def fl_setting(setting: Setting) -> Setting:
     return setting.without(ATTACK_ONLY_KEYS)
 
 
-def fl_settings(config: dict) -> list[tuple[str, Setting]]:
-    """Every (case, FL setting) the plan trains for its own points: each point's FL setting,
-    the undefended run under its protocol (``Setting.reference``: PMM's reference) and,
-    with attribute jobs, each attribute case's undefended run (the model zoo learns
-    from its gradients). The FL runs an artifact learns from (GIML's generator: the
-    case's undefended run) are planned by the phases that read them
-    (``pipeline.walk``)."""
-    planned = {(case, t) for case, s in jobs(config) for t in (fl_setting(s), s.reference)}
-    if attribute_jobs(config):
-        planned |= {(case, NONE) for case in attribute_cases(config)}
-    return sorted(planned, key=lambda cs: (cs[0], cs[1].text))
-
-
 def attributes(config: dict, case: str) -> list[str]:
     """The sensitive attributes the attribute track infers for ``case`` (empty: an image
     task without attributes)."""

@@ -33,7 +33,7 @@ import pandas as pd
 import scipy.stats
 
 from gradleak.report.claims import MEASURED_COLUMNS
-from gradleak.utils.metric_kinds import FL_METRICS, kind_of
+from gradleak.utils.metric_kinds import kind_of, reads_fl
 
 VERDICTS = ("holds", "fails", "inconclusive", "untestable")
 SIGN_SETTINGS = 5  # 1 / 2**5 = 0.031: the fewest settings a one-sided sign test decides on
@@ -151,8 +151,7 @@ def requirement_reasons(claim: Mapping, measured: Mapping, regime: Mapping,
             bare = sorted(set(attacks) - {a for e in needed for a in e["attacks"]})
             reasons += [f"no regime entry says how {a} reconstructs undefended" for a in bare]
         reasons += _regime_reasons(needed, table)
-    utility = kind == "utility" or set(claim.get("over", {})) & set(FL_METRICS)
-    if utility:
+    if reads_fl(claim, study):
         if "learns" in own:
             needed = [entries[i] for i in own["learns"]]
         else:

@@ -5,6 +5,8 @@ are judged by kind (``report.claims``, ``report.verdicts``), planned by it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 FL_METRICS = ("accuracy", "pmm", "test_loss", "fallback_rate")  # one value per FL run
 ATTRIBUTE_METRICS = ("attribute_asr", "learning_loss", "chance")
 KINDS = ("attack", "utility", "attribute", "study")
@@ -19,6 +21,13 @@ def kind_of(metric: str, study: bool = False) -> str:
     if column in ATTRIBUTE_METRICS:
         return "attribute"
     return "utility" if column in FL_METRICS else "attack"
+
+
+def reads_fl(claim: Mapping, study: bool = False) -> bool:
+    """Whether a claim (or regime entry) reads FL runs: its metric is one of an FL run's, or
+    it picks its rows by one (``over``: Refiner's matched utility)."""
+    return kind_of(claim["metric"], study) == "utility" or bool(
+        set(claim.get("over", {})) & set(FL_METRICS))
 
 
 def statistic(metric: str) -> str:

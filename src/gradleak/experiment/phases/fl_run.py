@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from gradleak import data, defenses
-from gradleak.experiment import artifacts, cost, paths, plan
+from gradleak.experiment import artifacts, cost, fl_runs, paths, plan
 from gradleak.experiment.job import Job, build_model
 from gradleak.experiment.phase import Output, Phase, by_model
 from gradleak.experiment.resume import Resume
@@ -29,7 +29,7 @@ def run_fl(config: dict, results: Path, case: str, setting, seed: int,
     kept there at each evaluation round, and a killed run's rerun continues from it."""
     plan.find_case(config, case)
     if setting != plan.NONE:  # every case's undefended run: the reference of PMM and of GIML
-        plan.check_planned(plan.fl_settings(config), case, plan.fl_setting(setting), "FL run")
+        plan.check_planned(fl_runs.fl_settings(config), case, plan.fl_setting(setting), "FL run")
     job = Job(config, results, case, plan.fl_setting(setting), seed)
     plan.check_seed(seed, config["fl"]["seeds"], "fl.seeds")
     seeds = child_seeds(seed, ["partition", "init", "rounds"])
@@ -141,7 +141,7 @@ PHASE = Phase(
     outputs=_outputs,
     run=run_fl,
     planned=lambda config: [{"case": case, "setting": setting, "seed": seed}
-                            for case, setting in plan.fl_settings(config)
+                            for case, setting in fl_runs.fl_settings(config)
                             for seed in config["fl"]["seeds"]],
     inputs=lambda config, results, job: [
         paths.data_manifest(results, plan.find_case(config, job["case"])["dataset"])],

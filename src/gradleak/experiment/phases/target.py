@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from gradleak import config as cfg
-from gradleak.experiment import paths, plan
+from gradleak.experiment import fl_runs, paths, plan
 from gradleak.experiment.phase import Output, Phase
 
 
@@ -33,7 +33,7 @@ def target_files(config: dict, results: Path, name: str) -> list[Path]:
     and its attribute jobs; a study's folder)."""
     if name in plan.studies(config):
         return [paths.study_dir(results, name)]
-    files, planned = set(), set(plan.fl_settings(config))
+    files, planned = set(), set(fl_runs.fl_settings(config))
     attributed = set(plan.attribute_jobs(config))
     for point in (p for p in plan.points(config) if p.target == name):
         for setting in (plan.fl_setting(point.setting), point.setting.reference):
