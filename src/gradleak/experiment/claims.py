@@ -19,7 +19,7 @@ from gradleak import attacks
 from gradleak import config as cfg
 from gradleak.config import ConfigError
 from gradleak.experiment import claim_rows, plan
-from gradleak.utils.metric_kinds import FL_METRICS, kind_of, statistic
+from gradleak.utils.metric_kinds import kind_of, reads_fl, statistic
 
 UNIT_METRICS = ("asr", "ssim", "ssim_best", "accuracy", "attribute_asr")  # shares in [0, 1]
 
@@ -216,9 +216,8 @@ def construction(config: dict) -> dict[str, list[str]]:
                         for side in _sides(claim)
                         if not read_points(config, claim, points, [side])]
         kind = kind_of(claim["metric"], claim["target"] in studies)
-        utility = kind == "utility" or set(claim.get("over", {})) & set(FL_METRICS)
         seeds = claim.get("requires", {}).get("seeds", regime["seeds"])
-        if utility and len(config["fl"]["seeds"]) < seeds:
+        if reads_fl(claim, claim["target"] in studies) and len(config["fl"]["seeds"]) < seeds:
             reasons.append(f"{len(config['fl']['seeds'])} FL seed"
                            f"{'s' * (len(config['fl']['seeds']) != 1)} planned "
                            f"(fl.seeds {config['fl']['seeds']}); the claim needs {seeds}")
