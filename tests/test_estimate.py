@@ -144,6 +144,9 @@ def test_attack_iterations_follow_each_attack_s_stages():
     assert attack_iterations("gias", {"variant": "z/w", "latent_iterations": 3,
                                                "parameter_iterations": 5}) == 8
     assert attack_iterations("gifd", {"steps": [2, 3]}) == 5
+    # GGL's CMA-ES matches each round's population (m92: 50 rounds of 50, 24 s a victim)
+    assert attack_iterations("gga", {"optimizer": "cmaes", "iterations": 3, "population": 4}) == 12
+    assert attack_iterations("gga", {"optimizer": "adam", "iterations": 3, "population": 4}) == 3
     assert attack_iterations("eot", {"samples": 4, "wraps_params": {
         "iterations": 5, "restarts": 2}}) == 40
     assert attack_iterations("rgap", {}) == 1  # closed form

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -87,6 +88,13 @@ class GenerativeGradientLeakage(Attack):
     needs = {"generator": Need("gan")}
     forms_gradients = True  # GGL's distance is L2: each stacked trial gradient is formed
     records_snapshots = False
+
+    @classmethod
+    def budget(cls, params: Mapping[str, Any]) -> int:
+        """Gradient evaluations of one restart on one victim: Adam's iterations, or CMA-ES's
+        rounds x its population (each candidate's gradient is matched against the upload)."""
+        return params["iterations"] * (params["population"] if params["optimizer"] == "cmaes"
+                                       else 1)
 
     def __init__(self, *, generator: nn.Module, optimizer: str, iterations: int, lr: float,
                  kl: float, population: int, sigma: float, transform: str, restarts: int,
