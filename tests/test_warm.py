@@ -35,6 +35,8 @@ evalnet: {epochs: 1, batch_size: 64, lr: 0.001, widths: [8, 16, 32]}
 JOBS = [["prepare-data", "--dataset", "digits"], ["prepare-data", "--dataset", "natural"],
         ["train-evalnet", "--dataset", "digits"],
         ["fl-run", "--case", "digits-lenet-iid-k4", "--setting", "dp_gaussian-0.01", "--seed", "0"],
+        # the round-0 attack loads the undefended run's initial model (experiment.fl_runs)
+        ["fl-run", "--case", "digits-lenet-iid-k4", "--setting", "none-0", "--seed", "0"],
         ["attack", "--case", "digits-lenet-iid-k4", "--setting", "dp_gaussian-0.01",
          "--seed", "0"]]
 
