@@ -51,8 +51,6 @@ def target_reads_fl(config: dict, name: str | None) -> bool:
 
 
 def _reads_own_run(config: dict, point: plan.Point, reads: dict) -> bool:
-    if point.target not in reads:
-        reads[point.target] = target_reads_fl(config, point.target)
     return (not point.attacks or reads[point.target]
             or model_setting(config, point.setting) == plan.fl_setting(point.setting))
 
@@ -65,8 +63,9 @@ def fl_settings(config: dict) -> list[tuple[str, Setting]]:
     generator: the case's undefended run) are planned by the phases that read them
     (``pipeline.walk``)."""
     planned = {(case, s.reference) for case, s in plan.jobs(config)}
-    reads: dict[str | None, bool] = {}  # target -> whether it reads FL runs
-    planned |= {(p.case, plan.fl_setting(p.setting)) for p in plan.points(config)
+    points = plan.points(config)
+    reads = {name: target_reads_fl(config, name) for name in {p.target for p in points}}
+    planned |= {(p.case, plan.fl_setting(p.setting)) for p in points
                 if _reads_own_run(config, p, reads)}
     if attributed := plan.attribute_jobs(config):
         planned |= set(attributed) | {(case, plan.NONE) for case in plan.attribute_cases(config)}

@@ -21,13 +21,13 @@ def _keys(config: dict, point: plan.Point, seed: int) -> dict:
     return {**plan.point_keys(config, point), "seed": seed}
 
 
-def _fl_summary(config: dict, results: Path, case: str, setting: Setting, seed: int) -> dict:
+def _fl_summary(results: Path, case: str, setting: Setting, seed: int, trained: set) -> dict:
     """Final accuracy, test loss, PMM (against the undefended run under the same FL
     protocol, ``Setting.reference``, when it was run) and the share of uploads that were
-    the clean gradient; NaN where the plan trains no run of the setting (``fl_runs``)."""
+    the clean gradient; NaN where the plan trains no run of the setting (not in
+    ``trained``, ``fl_runs.fl_settings``)."""
     path = paths.fl_metrics(results, case, plan.fl_setting(setting), seed)
-    trained = (case, plan.fl_setting(setting)) in fl_runs.fl_settings(config)
-    if not trained or not path.is_file():
+    if (case, plan.fl_setting(setting)) not in trained or not path.is_file():
         return {"accuracy": np.nan, "test_loss": np.nan, "pmm": np.nan, "fallback_rate": np.nan}
     run = fl_rows(path)
     base = paths.fl_metrics(results, case, setting.reference, seed)
@@ -64,7 +64,7 @@ def target_inputs(config: dict, results: Path, name: str) -> TargetInputs:
                     _keys(config, point, seed))
         for seed in config["fl"]["seeds"] if (point.case, setting) in trained else ():
             keys = _keys(config, point, seed)
-            summary = _fl_summary(config, results, point.case, point.setting, seed)
+            summary = _fl_summary(results, point.case, point.setting, seed, trained)
             fl.append({**keys, **summary})
             record = load_record(paths.fl_metrics(results, point.case,
                                                   plan.fl_setting(point.setting), seed),
@@ -74,7 +74,7 @@ def target_inputs(config: dict, results: Path, name: str) -> TargetInputs:
             if not point.attacks:
                 continue
             keys = _keys(config, point, seed)
-            summary = _fl_summary(config, results, point.case, point.setting, seed)
+            summary = _fl_summary(results, point.case, point.setting, seed, trained)
             path = paths.attack_metrics(results, point.case, point.setting, seed)
             snapshots = load_record(path, ["snapshots"])["snapshots"]
             # a target reproduces the paper's attacks, not the adaptive attacker's rows
