@@ -147,6 +147,34 @@ def test_the_reduced_scale_plans_only_the_regime_its_planned_claims_require():
     assert plan.targets(study) == ["fig3"]
 
 
+def test_an_attack_claim_plans_only_the_regime_of_the_attacks_it_reads():
+    """CENSOR's reduced scale leaves out every claim reading Inverting Gradients or
+    GradInversion: their undefended rows are not planned, the generator attacks' are."""
+    reduced = configuration.validate({**_raw("censor"), "scale": "reduced"})
+    required = {e["id"] for e in claim_rows.required_entries(reduced)}
+    assert required == {f"{a}-undefended-{d}" for a in ("ggl", "gias", "gifd")
+                        for d in ("imagenet", "ffhq", "cifar10")} | {"fl-undefended-cifar10"}
+    assert {a for p in plan.points(reduced) for a in p.attacks} == {"gga", "gias", "gifd"}
+
+
+def test_a_budget_cut_on_the_paper_s_value_needs_that_value_less_1_db():
+    """Decision 0110: where the scale cuts an entry's attack under `converged.basis:
+    paper_value`, the verdicts' floor is the paper's value less 1 dB; uncut, the floor."""
+    raw = _raw("censor")
+    judged = {e["id"]: e for e in claims.judged_regime(
+        configuration.validate({**raw, "scale": "reduced"}))["reconstructs"]}
+    assert judged["gifd-undefended-imagenet"]["floor"] == pytest.approx(21.364 - 1)
+    assert judged["ggl-undefended-ffhq"]["floor"] == pytest.approx(14.167 - 1)
+    assert judged["ig-undefended-imagenet"]["floor"] == 11.819  # no converged: its floor
+    full = configuration.validate(raw)
+    assert claims.judged_regime(full) == full["regime"]
+    entries = [dict(e) for e in raw["regime"]["reconstructs"]]
+    entries[7]["paper"] = None
+    with pytest.raises(cfg.ConfigError, match="'converged.basis' paper_value needs the "
+                                              "paper's value and a floor"):
+        configuration.validate({**raw, "regime": {**raw["regime"], "reconstructs": entries}})
+
+
 def test_what_a_scale_cannot_decide_is_known_before_any_job():
     raw = _raw("epafl")
     smoke = claims.construction(configuration.validate({**raw, "scale": "smoke"}))

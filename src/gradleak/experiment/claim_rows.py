@@ -3,7 +3,8 @@ these rows only, not every target's grid.
 
 A claim reads the rows of its target that ``of`` names and, with ``to``, those of ``of``
 with ``to``'s keys changed; a regime entry (``regime.reconstructs``, ``regime.learns``) the
-undefended rows it names, where a claim that is planned may require it. A claim that
+undefended rows it names, where a claim that is planned may require it (an attack claim: an
+entry of an attack its rows may run). A claim that
 ``left_out`` names reads nothing. A point of a
 target is kept when its keys match some read row on every key the row names (a null key:
 any value; a key the point does not carry, such as a seed, matches), and it keeps the
@@ -31,11 +32,20 @@ def planned_claims(config: Mapping) -> list[Mapping]:
     return [c for c in config["claims"] if c["id"] not in config.get("left_out", {})]
 
 
+def attacks_named(config: Mapping, claim: Mapping) -> set[str]:
+    """The attack labels a claim's rows may run: those its sides name, else every one its
+    target's selections run."""
+    named = {side["attack"] for side in (claim["of"], claim.get("to", {}))
+             if side.get("attack") is not None}
+    return named or {attack for selection in config["targets"][claim["target"]].get("select", [])
+                     for attack in selection.get("attacks", config["attacks"])}
+
+
 def required_entries(config: Mapping) -> list[Mapping]:
     """The regime entries some planned claim may require (``report.verdicts``): those its
-    ``requires`` names, else every entry of the part its kind reads (``reconstructs``: an
-    attack or attribute claim; ``learns``: a utility claim, or one picking rows by an FL
-    metric)."""
+    ``requires`` names, else the entries of the part its kind reads (``reconstructs``: an
+    attack claim's entries of the attacks it may read, every entry for an attribute claim;
+    ``learns``: a utility claim, or one picking rows by an FL metric)."""
     regime, names = config.get("regime", {}), set()
     for claim in planned_claims(config):
         if claim["target"] not in config["targets"]:
@@ -45,7 +55,13 @@ def required_entries(config: Mapping) -> list[Mapping]:
         parts = {"reconstructs": kind in ("attack", "attribute"), "learns": reads_fl(claim, study)}
         for part in (p for p, read in parts.items() if read):
             named = claim.get("requires", {}).get(part)
-            names |= set(named) if named is not None else {e["id"] for e in regime.get(part, [])}
+            if named is not None:
+                names |= set(named)
+                continue
+            read = attacks_named(config, claim) if kind == "attack" and part == "reconstructs" \
+                else None
+            names |= {e["id"] for e in regime.get(part, [])
+                      if read is None or set(e.get("attacks", [])) & read}
     return [e for e in entries(config) if e["id"] in names]
 
 

@@ -6,8 +6,10 @@ runs show: the smoke scale (stand-ins and budgets that test the wiring); a claim
 ``left_out`` names (its run does not fit the scale's budget); a target, or rows of it, not
 planned; fewer FL seeds than a claim on utility needs; an attack the claim reads whose
 iterations the scale cut below the full configuration's (the paper's), unless the regime
-entry covering it states a budget a measured convergence curve justifies
-(``converged``). ``gradleak validate`` and ``snakemake -n`` print them, one line each.
+entry covering it states a budget a measured curve justifies (``converged``; decision
+0110). ``gradleak validate`` and ``snakemake -n`` print them, one line each.
+``judged_regime`` is the regime the verdicts apply: a budget justified by the paper's
+value needs that value less ``PAPER_MARGIN`` dB, not only the entry's floor.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from gradleak import config as cfg
 from gradleak.config import ConfigError
 from gradleak.experiment import claim_rows, plan
 from gradleak.utils.metric_kinds import kind_of, reads_fl, statistic
+
+PAPER_MARGIN = 1.0  # dB: a cut budget justified by the paper's value reaches it less this
 
 UNIT_METRICS = ("asr", "ssim", "ssim_best", "accuracy", "attribute_asr")  # shares in [0, 1]
 
@@ -105,6 +109,10 @@ def validate(config: dict) -> None:
                 raise ConfigError(f"{where}: the id is used twice; expected unique ids")
             seen.add(entry["id"])
             _check_rows(config, entry, where, ("of",), full)
+            if entry.get("converged", {}).get("basis") == "paper_value" and (
+                    entry.get("paper") is None or "floor" not in entry):
+                raise ConfigError(f"{where}: 'converged.basis' paper_value needs the paper's "
+                                  f"value and a floor; expected both")
             bound = entry.get("floor", entry.get("ceiling"))
             if entry["metric"].partition(":")[0] in UNIT_METRICS and not 0 <= bound <= 1:
                 raise ConfigError(f"{where}: a bound of {bound:g} on {entry['metric']}, a "
@@ -239,6 +247,19 @@ def _cut_budgets(config: dict, claim: Mapping, points: list) -> list[str]:
         if ours < full and not (justified and ours >= min(justified)):
             out.append(f"{label} runs {ours} of the paper's {full} iterations")
     return out
+
+
+def judged_regime(config: dict) -> dict:
+    """The regime the verdicts apply: an entry whose attack this scale cuts to a budget
+    justified by the paper's value (``converged.basis: paper_value``) is in regime at the
+    paper's value less ``PAPER_MARGIN`` (or its floor, where higher)."""
+    regime = copy.deepcopy(config["regime"])
+    for entry in regime["reconstructs"]:
+        basis = entry.get("converged", {}).get("basis")
+        if basis == "paper_value" and any(_budget(a, config["attacks"][a]) < _budget(
+                a, _full_params(config, a)) for a in entry["attacks"] if a in config["attacks"]):
+            entry["floor"] = max(entry["floor"], entry["paper"] - PAPER_MARGIN)
+    return regime
 
 
 def untestable_lines(config: dict) -> list[str]:

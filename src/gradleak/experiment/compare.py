@@ -97,7 +97,7 @@ def compare(config: dict, results: Path) -> str:
         summary.append((name, sum(c[0] for c in counts), sum(c[1] for c in counts)))
     head = []
     if config["claims"]:
-        claims, _ = claims_table(config["claims"], judged, config["regime"],
+        claims, _ = claims_table(config["claims"], judged, planned.judged_regime(config),
                                  planned.construction(config), set(plan.studies(config)),
                                  config["paper"] or config["title"], planned.claim_data(config),
                                  config["scale"], planned.scale_conditions(config))

@@ -142,7 +142,7 @@ def aggregate(config: dict, results: Path) -> None:
     if config["claims"]:
         judged, regime = report.claims_table(
             config["claims"], [t.claims for t in targets if t.claims is not None],
-            config["regime"], claims.construction(config), set(plan.studies(config)),
+            claims.judged_regime(config), claims.construction(config), set(plan.studies(config)),
             config["paper"] or config["title"], claims.claim_data(config), config["scale"],
             claims.scale_conditions(config))
         report.write_csv(judged, paths.claims(results))
