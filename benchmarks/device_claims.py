@@ -36,10 +36,19 @@ import yaml
 DATA_REASONS = ("the stand-in",)  # a left-out reason starting so is about data, not price
 
 
-def prices(config: Path, work: Path) -> pd.DataFrame:
-    """Claim id -> hours alone (GPU-hours on CUDA, else CPU-hours), nothing left out."""
+def read(config: Path) -> dict:
+    """The configuration, its paper's numbers (``reference.<t>.file``) named by absolute
+    paths, so that a copy written elsewhere still finds them."""
     raw = yaml.safe_load(config.read_text())
-    raw["reduced_overrides"]["left_out"] = {}
+    for entry in raw.get("reference", {}).values():
+        if isinstance(entry, dict) and "file" in entry:
+            entry["file"] = str((config.parent / entry["file"]).resolve())
+    return raw
+
+
+def prices(raw: dict, work: Path) -> pd.DataFrame:
+    """Claim id -> hours alone (GPU-hours on CUDA, else CPU-hours), nothing left out."""
+    raw = {**raw, "reduced_overrides": {**raw["reduced_overrides"], "left_out": {}}}
     unpriced = work / "unpriced.yaml"
     unpriced.write_text(yaml.safe_dump(raw, sort_keys=False))
     out = subprocess.run(["gradleak", "estimate", "--config", str(unpriced), "--scale",
@@ -73,9 +82,9 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    raw = yaml.safe_load(args.config.read_text())
+    raw = read(args.config)
     left_out = raw["reduced_overrides"].get("left_out", {})
-    priced = prices(args.config, args.out)
+    priced = prices(raw, args.out)
     chosen, hours = choose(left_out, priced, args.minutes, args.cores)
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     print(f"{len(chosen)} of {len(left_out)} left-out claims fit {args.minutes:g} minutes on "

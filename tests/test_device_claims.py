@@ -4,6 +4,7 @@ that fit the budget, never a claim left out for its data."""
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pandas as pd
 from conftest import REPO
@@ -28,3 +29,11 @@ def test_the_cheapest_left_out_claims_that_fit_the_budget_are_chosen():
     chosen, hours = device_claims.choose(left_out, _priced([None] * 4), 60, 16)
     assert chosen == ["c", "a"] and abs(hours - 10 / 16) < 1e-9
     assert device_claims.choose(left_out, _priced([None] * 4), 1, 16) == ([], 0.0)
+
+
+def test_a_copy_of_the_configuration_still_finds_the_paper_s_numbers(tmp_path):
+    """CENSOR names its paper's numbers by files beside its configuration; the copies the
+    script writes elsewhere name them by absolute paths."""
+    raw = device_claims.read(REPO / "config" / "paper" / "censor.yaml")
+    files = [entry["file"] for entry in raw["reference"].values() if "file" in entry]
+    assert files and all(Path(f).is_absolute() and Path(f).is_file() for f in files)
