@@ -13,9 +13,12 @@ left_out``, decision 0105), run on a GPU machine within a budget, and their clai
    machine), marked with the device in device.json.
 
     python benchmarks/device_claims.py config/paper/refiner.yaml [--minutes 8] [--cores 16]
-        [--out DIR] [--dry-run]
+        [--out DIR] [--model resnet18] [--dry-run]
 
-``--dry-run`` prices and chooses and prints the command without running it.
+``--dry-run`` prices and chooses and prints the command without running it. ``--model``
+runs the reduced scale's cases on another model (CENSOR's claims on Inverting Gradients and
+GradInversion, left out because neither reconstructs on the stand-ins' LeNet, on the
+paper's ResNet-18), priced on it.
 """
 
 from __future__ import annotations
@@ -36,13 +39,17 @@ import yaml
 DATA_REASONS = ("the stand-in",)  # a left-out reason starting so is about data, not price
 
 
-def read(config: Path) -> dict:
+def read(config: Path, model: str | None = None) -> dict:
     """The configuration, its paper's numbers (``reference.<t>.file``) named by absolute
-    paths, so that a copy written elsewhere still finds them."""
+    paths, so that a copy written elsewhere still finds them; with ``model``, the reduced
+    scale's cases on that model."""
     raw = yaml.safe_load(config.read_text())
     for entry in raw.get("reference", {}).values():
         if isinstance(entry, dict) and "file" in entry:
             entry["file"] = str((config.parent / entry["file"]).resolve())
+    if model:
+        cases = raw["reduced_overrides"].get("cases", raw.get("cases", []))
+        raw["reduced_overrides"]["cases"] = [{**case, "model": model} for case in cases]
     return raw
 
 
@@ -79,10 +86,11 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=8.0)
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "results-device")))
+    parser.add_argument("--model", help="the reduced scale's cases on this model")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    raw = read(args.config)
+    raw = read(args.config, args.model)
     left_out = raw["reduced_overrides"].get("left_out", {})
     priced = prices(raw, args.out)
     chosen, hours = choose(left_out, priced, args.minutes, args.cores)

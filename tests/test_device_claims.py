@@ -33,7 +33,12 @@ def test_the_cheapest_left_out_claims_that_fit_the_budget_are_chosen():
 
 def test_a_copy_of_the_configuration_still_finds_the_paper_s_numbers(tmp_path):
     """CENSOR names its paper's numbers by files beside its configuration; the copies the
-    script writes elsewhere name them by absolute paths."""
+    script writes elsewhere name them by absolute paths; ``--model`` moves the reduced scale's
+    cases onto the paper's model."""
     raw = device_claims.read(REPO / "config" / "paper" / "censor.yaml")
     files = [entry["file"] for entry in raw["reference"].values() if "file" in entry]
     assert files and all(Path(f).is_absolute() and Path(f).is_file() for f in files)
+    on_resnet = device_claims.read(REPO / "config" / "paper" / "censor.yaml", "resnet18")
+    assert {case["model"] for case in on_resnet["reduced_overrides"]["cases"]} == {"resnet18"}
+    assert [c["dataset"] for c in on_resnet["reduced_overrides"]["cases"]] == \
+        ["imagenet", "ffhq", "cifar10"]
