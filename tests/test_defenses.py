@@ -104,6 +104,23 @@ def test_quantization_is_unbiased_and_coarse(context):
     assert float((draws.mean(0) - true).abs().max()) < 0.1 * float(true.norm())
 
 
+def test_quantization_s_nearest_reading_rounds_to_the_nearest_level_straight_through(context):
+    """The other reading of Refiner's GQ: |v_i| s / ||v|| rounded to the nearest level, the
+    same with every seed; its adaptive trial is that rounding, with the identity's gradient."""
+    nearest = defenses.build("quantization", bits=1, rounding="nearest")
+    upload = nearest(context(0))
+    assert all(torch.equal(upload[k], v) for k, v in nearest(context(1)).items())
+    true = context().true_gradient()["fc.weight"]
+    level = float(true.norm())
+    expected = torch.where(true.abs() / level >= 0.5, true.sign() * level, torch.zeros(()))
+    assert torch.allclose(upload["fc.weight"], expected)
+    trial = defenses.Update({"w": torch.tensor([3.0, -4.0, 0.1], requires_grad=True)})
+    matched = nearest.adaptive(trial, context(), upload)["w"]
+    assert torch.allclose(matched.detach(), 5.001 * torch.tensor([1.0, -1.0, 0.0]), atol=1e-3)
+    matched.sum().backward()
+    assert torch.equal(trial["w"].grad, torch.ones(3))
+
+
 def test_clipping_bounds_every_layer(context):
     ctx = context()
     update = defenses.build("clipping", bound=0.05)(ctx)

@@ -4,6 +4,9 @@
 Per tensor v with s = 2^bits - 1 levels: Q(v_i) = ||v||_2 * sign(v_i) * xi_i / s,
 where xi_i = l + 1 with probability |v_i| s / ||v|| - l and l otherwise,
 l = floor(|v_i| s / ||v||). Unbiased; fewer bits is a stronger defense (default 8).
+``rounding: nearest`` rounds |v_i| s / ||v|| to the nearest level instead: deterministic and
+biased (elements under half a level vanish), the other reading of Refiner's unnamed GQ
+(docs/measurements.md m93); its adaptive attacker applies it to the trial, straight through.
 
 The adaptive attacker (decisions 0072 and 0097) matches the upload's expectation over Q's draws,
 which for an unbiased quantiser is the trial gradient itself (E[Q(v)] = v, QSGD Lemma
@@ -32,16 +35,29 @@ def qsgd(v: torch.Tensor, bits: int, rng: torch.Generator) -> torch.Tensor:
     return norm * v.sign() * (lower + up.to(v.dtype)) / levels
 
 
+def nearest(v: torch.Tensor, bits: int) -> torch.Tensor:
+    levels = 2**bits - 1
+    norm = v.norm()
+    if norm == 0:
+        return v.clone()
+    return norm * v.sign() * torch.round(v.abs() / norm * levels) / levels
+
+
 @register("quantization")
 class Quantization(Defense):
-    deterministic = True  # the adaptive attacker's transformation is the identity
+    deterministic = True  # the adaptive attacker's transformation draws nothing
 
-    def __init__(self, *, bits: int) -> None:
-        self.bits = int(bits)
+    def __init__(self, *, bits: int, rounding: str = "stochastic") -> None:
+        self.bits, self.rounding = int(bits), rounding
 
     def __call__(self, ctx: DefenseContext) -> Update:
+        if self.rounding == "nearest":
+            return ctx.true_gradient().map(lambda g: nearest(g, self.bits))
         return ctx.true_gradient().map(lambda g: qsgd(g, self.bits, ctx.rng))
 
     def adaptive(self, trial: Update, ctx: DefenseContext, received: Update) -> Update:
-        """E[Q(trial)] = trial: QSGD is unbiased."""
+        """E[Q(trial)] = trial where QSGD is unbiased; the nearest level, with the identity's
+        gradient (straight through), where it is not."""
+        if self.rounding == "nearest":
+            return trial.map(lambda g: g + (nearest(g.detach(), self.bits) - g.detach()))
         return trial
