@@ -60,7 +60,8 @@ def test_a_defended_run_is_trained_only_where_its_fl_metrics_or_later_rounds_are
     assert fl_runs.fl_settings(configuration(WITH_PMM)) == both
     later = configuration(ATTACK_ONLY, rounds=2, attacked_round=1)  # round 1: its own model
     assert fl_runs.fl_settings(later) == both
-    assert Job(later, "r", CASE, SOTERIA, 0).checkpoint == paths.checkpoint("r", CASE, SOTERIA, 0, 1)
+    assert Job(later, "r", CASE, SOTERIA, 0).checkpoint == \
+        paths.checkpoint("r", CASE, SOTERIA, 0, 1)
 
 
 def test_a_claim_picking_rows_by_pmm_trains_the_defended_run():
