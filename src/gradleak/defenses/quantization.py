@@ -47,7 +47,7 @@ def nearest(v: torch.Tensor, bits: int) -> torch.Tensor:
 class Quantization(Defense):
     deterministic = True  # the adaptive attacker's transformation draws nothing
 
-    def __init__(self, *, bits: int, rounding: str = "stochastic") -> None:
+    def __init__(self, *, bits: int, rounding: str) -> None:
         self.bits, self.rounding = int(bits), rounding
 
     def __call__(self, ctx: DefenseContext) -> Update:
