@@ -240,13 +240,17 @@ def _cut_budgets(config: dict, claim: Mapping, points: list) -> list[str]:
     cut below the full configuration's, without a convergence curve that justifies it."""
     out = []
     for label in sorted(attacks_read(config, claim, points)):
-        ours, full = (_budget(label, p) for p in (
-            config["attacks"][label], _full_params(config, label)))
+        ours, full = _budgets(config, label)
         justified = [e["converged"]["iterations"] for e in config["regime"]["reconstructs"]
                      if label in e["attacks"] and "converged" in e]
         if ours < full and not (justified and ours >= min(justified)):
             out.append(f"{label} runs {ours} of the paper's {full} iterations")
     return out
+
+
+def _budgets(config: dict, label: str) -> tuple[int, int]:
+    """The attack's iterations over a victim's restarts at this scale and in full."""
+    return _budget(label, config["attacks"][label]), _budget(label, _full_params(config, label))
 
 
 def judged_regime(config: dict) -> dict:
@@ -256,8 +260,9 @@ def judged_regime(config: dict) -> dict:
     regime = copy.deepcopy(config["regime"])
     for entry in regime["reconstructs"]:
         basis = entry.get("converged", {}).get("basis")
-        if basis == "paper_value" and any(_budget(a, config["attacks"][a]) < _budget(
-                a, _full_params(config, a)) for a in entry["attacks"] if a in config["attacks"]):
+        cut = [ours < full for ours, full in (_budgets(config, a) for a in entry["attacks"]
+                                              if a in config["attacks"])]
+        if basis == "paper_value" and any(cut):
             entry["floor"] = max(entry["floor"], entry["paper"] - PAPER_MARGIN)
     return regime
 
