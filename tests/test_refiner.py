@@ -122,3 +122,5 @@ def test_the_evaluation_network_trains_on_tinyimagenet_s_train_folder(tmp_path):
     log = json.loads(paths.evalnet_file(results, "digits").with_suffix(".json").read_text())
     assert log["trained_on"] == "tinyimagenet" and log["input_shape"] == [1, 16, 16]
     assert len(log["epoch_losses"]) == 1 and np.isfinite(log["epoch_losses"]).all()
+    errors = [abs(row["prediction"] - row["ratio"]) for row in log["monotonicity"]]
+    assert log["ratio_error"] == max(errors) and log["max_error"] == 0.05

@@ -34,7 +34,7 @@ def _psnr(strength: float, attack: str, seed: int, victim: int) -> float:
 def _evalnet(tmp: Path, dataset: str, predictions: list[float]) -> Path:
     points = [{"ratio": (i + 1) / 10, "prediction": p} for i, p in enumerate(predictions)]
     return _write_json(tmp / "evalnet" / f"{dataset}.json",
-                       {"dataset": dataset, "monotonicity": points})
+                       {"dataset": dataset, "monotonicity": points, "max_error": 0.05})
 
 
 @pytest.fixture
@@ -109,6 +109,18 @@ def test_monotonic_flag(tmp_path: Path) -> None:
     assert list(table.columns) == EVALNET_COLUMNS
     assert table.groupby("dataset")["monotonic"].first().to_dict() == {"dip": False, "up": True}
     assert table.loc[table["dataset"] == "dip", "increasing"].tolist() == [True, True, False]
+    assert np.allclose(table.loc[table["dataset"] == "dip", "error"], [0.0, 0.1, 0.1])
+
+
+def test_the_report_says_whether_the_evaluation_network_is_within_its_stated_error() -> None:
+    from gradleak.report.markdown import _evalnet_lines
+
+    table = pd.DataFrame({"dataset": ["good"] * 2 + ["off"] * 2, "ratio": [0.1, 0.2] * 2,
+                          "error": [0.01, 0.04, 0.02, 0.12], "monotonic": True,
+                          "max_error": 0.05})
+    good, off = _evalnet_lines(table)
+    assert "at most 0.040 from the ratio (within the stated 0.05)" in good
+    assert "at most 0.120 from the ratio (**beyond** the stated 0.05)" in off
 
 
 def test_empty_inputs(tmp_path: Path) -> None:

@@ -72,9 +72,12 @@ def attribute_summary(attribute: pd.DataFrame) -> pd.DataFrame:
 
 
 def _evalnet_lines(evalnet: pd.DataFrame) -> list[str]:
-    summary = evalnet.groupby("dataset").agg(monotonic=("monotonic", "all"), n=("ratio", "size"))
+    summary = evalnet.groupby("dataset").agg(monotonic=("monotonic", "all"), n=("ratio", "size"),
+                                             error=("error", "max"), allowed=("max_error", "max"))
     return [f"- `{name}`: {'monotonic' if row.monotonic else '**not monotonic**'} over "
-            f"{row.n} ratios" for name, row in summary.iterrows()] or ["_No data._"]
+            f"{row.n} ratios; its mean prediction at most {row.error:.3f} from the ratio "
+            f"({'within' if row.error <= row.allowed else '**beyond**'} the stated "
+            f"{row.allowed:g})" for name, row in summary.iterrows()] or ["_No data._"]
 
 
 def _target_section(target: TargetResult, report_path: Path) -> list[str]:

@@ -51,7 +51,8 @@ TRADEOFF_COLUMNS = [
 INTERVAL_METRICS = [*IMAGE_METRICS, "success_rate", "pmm"]
 TRADEOFF_COLUMNS += [f"{m}_{side}" for m in INTERVAL_METRICS for side in ("low", "high")]
 TIMING_COLUMNS = [*TRADEOFF_KEYS, "victims", "wall_time_mean", "wall_time_max", "wall_time_sum"]
-EVALNET_COLUMNS = ["dataset", "ratio", "prediction", "increasing", "monotonic"]
+EVALNET_COLUMNS = ["dataset", "ratio", "prediction", "error", "increasing", "monotonic",
+                   "max_error"]
 FL_KEYS = ["case", "setting", "defense", "strength", "seed", "history", "final_accuracy"]
 ATTACK_KEYS = ["case", "setting", "defense", "strength", "seed", "runs"]
 VICTIM_KEYS = ["victim", "label", "predicted_label", "iterations", "wall_time", "stop_reason"]
@@ -205,14 +206,17 @@ def _intervals(groups, column: str) -> tuple[list[float], list[float]]:
 
 
 def evalnet_table(evalnet_files: list[Path]) -> pd.DataFrame:
-    """Evaluation-network prediction per noise ratio, with monotonicity flags."""
+    """Evaluation-network prediction per noise ratio, its error (|prediction - ratio|), the
+    stated error it may have (``evalnet.max_error``) and monotonicity flags."""
     rows = []
     for path in evalnet_files:
-        record = load_record(path, ["dataset", "monotonicity"])
+        record = load_record(path, ["dataset", "monotonicity", "max_error"])
         for i, point in enumerate(record["monotonicity"]):
             require(point, ["ratio", "prediction"], path, where=f" in monotonicity[{i}]")
-            rows.append({"dataset": record["dataset"], **point})
-    df = _frame(rows, ["dataset", "ratio", "prediction"], ["dataset", "ratio"])
+            rows.append({"dataset": record["dataset"], "max_error": record["max_error"],
+                         **point})
+    df = _frame(rows, ["dataset", "ratio", "prediction", "max_error"], ["dataset", "ratio"])
+    df["error"] = (df["prediction"] - df["ratio"]).abs()
     by_dataset = df.groupby("dataset")
     df["increasing"] = (by_dataset["prediction"].diff() > 0) | (by_dataset.cumcount() == 0)
     df["monotonic"] = df.groupby("dataset")["increasing"].transform("all").astype(bool)

@@ -5,6 +5,7 @@ artifact, which Refiner's defense and the noise-ratio metric load."""
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +32,18 @@ def train_evalnet(config: dict, results: Path, dataset: str) -> None:
         seed=spec["seed"], widths=spec["widths"])
     rows = models.evalnet.monotonicity(net, target.x, seed=spec["seed"])
     predictions = [r["prediction"] for r in rows]
+    error = max(abs(r["prediction"] - r["ratio"]) for r in rows)
+    if error > spec["max_error"]:
+        print(f"warning: the evaluation network for {dataset} predicts a noise ratio up to "
+              f"{error:.3f} from the truth (evalnet.max_error {spec['max_error']}); expected "
+              f"more training: raise evalnet.epochs", file=sys.stderr)
     out = paths.evalnet_file(results, dataset)
     save_torch(out, net.state_dict())
     write_json(out.with_suffix(".json"), {
         "dataset": dataset, "trained_on": spec["dataset"], "widths": spec["widths"],
         "input_shape": list(target.x.shape[1:]), "epoch_losses": losses, "monotonicity": rows,
         "monotonic": bool(np.all(np.diff(predictions) > 0)),
+        "ratio_error": error, "max_error": spec["max_error"],
     })
 
 
