@@ -55,13 +55,16 @@ def test_partial_matching_is_the_artifact_s_distance_summed_over_tensors():
     assert not torch.allclose(by_received, got)  # the other mask
 
 
-def test_the_look_ahead_step_is_the_artifact_s():
+@pytest.mark.parametrize("probe", ["descent", "ascent"])
+def test_the_look_ahead_step_is_the_artifact_s_or_the_penalty_s(probe):
     """One problem, f(x) = sum((x - c)^2), Adam on the signs: each iteration a step, the
-    sign there, back, and a step on 0.7 s0 + 0.3 s1, the moments seeing both steps."""
+    sign s1 where it went (descent, the artifact's) or as far the other way (ascent, the
+    gradient-norm penalty's), back, and a step on 0.7 s0 + 0.3 s1, the moments seeing both
+    steps."""
     c = torch.tensor([0.3, -2.0, 0.05])
     x = torch.zeros(3, requires_grad=True)
     optimize([x], lambda: ((x - c) ** 2).sum().unsqueeze(0), optimizer="adamw", lr=0.1,
-             iterations=4, signed=True, lookahead=0.3)
+             iterations=4, signed=True, lookahead=0.3, probe=probe)
     y = torch.zeros(3, requires_grad=True)
     opt = torch.optim.AdamW([y], lr=0.1)
     for _ in range(4):
@@ -69,7 +72,8 @@ def test_the_look_ahead_step_is_the_artifact_s():
         start = y.detach().clone()
         y.grad = s0
         opt.step()
-        s1 = torch.autograd.grad(((y - c) ** 2).sum(), y)[0].sign()
+        point = y if probe == "descent" else (2 * start - y.detach()).requires_grad_()
+        s1 = torch.autograd.grad(((point - c) ** 2).sum(), point)[0].sign()
         with torch.no_grad():
             y.copy_(start)
         y.grad = 0.7 * s0 + 0.3 * s1
@@ -79,6 +83,30 @@ def test_the_look_ahead_step_is_the_artifact_s():
     optimize([plain], lambda: ((plain - c) ** 2).sum().unsqueeze(0), optimizer="adamw",
              lr=0.1, iterations=4, signed=True)
     assert not torch.allclose(plain, x)
+
+
+def test_the_probes_differ_by_the_sign_of_the_curvature_term():
+    """Unsigned Adam on f(x) = sum(a (x - c)^2) from 0: the blended first gradient is
+    g0 - 0.3 eta H d (descent) or g0 + 0.3 eta H d (ascent), H = diag(2a), the step -eta d."""
+    a, c = torch.tensor([1.0, 4.0]), torch.tensor([1.0, -1.0])
+
+    def first_blend(probe: str) -> torch.Tensor:
+        x = torch.zeros(2, requires_grad=True)
+        seen = []
+
+        def objective():
+            seen.append(x.detach().clone())
+            return (a * (x - c) ** 2).sum().unsqueeze(0)
+
+        optimize([x], objective, optimizer="adam", lr=0.01, iterations=1, lookahead=0.3,
+                 probe=probe)
+        return 0.7 * 2 * a * (seen[0] - c) + 0.3 * 2 * a * (seen[1] - c)
+
+    blends = {probe: first_blend(probe) for probe in ("descent", "ascent")}
+    step = torch.full((2,), 0.01) * torch.sign(c)  # Adam's first step: lr x sign(-g0)
+    g0 = -2 * a * c
+    assert torch.allclose(blends["descent"], g0 + 0.3 * 2 * a * step, atol=1e-6)
+    assert torch.allclose(blends["ascent"], g0 - 0.3 * 2 * a * step, atol=1e-6)
 
 
 @pytest.mark.parametrize("shape, side", [((1, 16, 16), 16), ((3, 28, 28), 32), ((3, 4, 4), 4)])
@@ -138,7 +166,8 @@ def test_fan2025_is_deterministic_and_its_options_change_it(victims):
     run = {"iterations": 5, "channels": 8, "seed": 2}
     first, again = (attacks.build("fan2025", **run)(obs) for _ in range(2))
     assert torch.equal(first.images, again.images) and first.loss_trace == again.loss_trace
-    for option in ({"distance": "partial_received"}, {"lookahead": 0.0}, {"median_filter": 1}):
+    for option in ({"distance": "partial_received"}, {"lookahead": 0.0}, {"probe": "ascent"},
+                   {"median_filter": 1}):
         other = attacks.build("fan2025", **run, **option)(obs)
         assert not torch.equal(other.images, first.images), option
 

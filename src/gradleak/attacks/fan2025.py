@@ -11,8 +11,11 @@ demo's defaults are these; the paper's text beyond its abstract was not read
   tensors; plus 1e-5 x TV.
 - **Gradient regularisation** (``lookahead`` alpha = 0.3): every iteration steps on
   (1 - alpha) s0 + alpha s1, s0 the sign of the loss's gradient and s1 its sign one step
-  ahead, which penalises the objective's gradient norm (Zhao et al., ICML 2022) by finite
-  differences (``optimization.optimize``).
+  ahead (``optimization.optimize``). Zhao et al.'s finite-difference form of a penalty on
+  the gradient's norm (ICML 2022), which this is said to be, takes s1 uphill; the
+  artifact takes it where its own (downhill) step went, to first order the opposite
+  sign of the penalty's term: ``probe: descent`` (the artifact's) or ``ascent`` (the
+  penalty's), m94.
 - **The images** are an untrained generator's output (``models.dip.DeepImagePrior``,
   ``channels`` 256, codes of 128 drawn N(0, I) once per restart and fixed), whose weights
   are what is optimised: AdamW at lr 1e-2 on the signs, cosine annealing to 0 over
@@ -20,7 +23,8 @@ demo's defaults are these; the paper's text beyond its abstract was not read
   the result median-filtered 5 x 5 (reflected edges).
 
 Options for readings that may differ from the paper's: ``distance: partial_received``
-masks by the received gradient instead; ``lookahead: 0`` steps plainly; ``space:
+masks by the received gradient instead; ``lookahead: 0`` steps plainly; ``probe:
+ascent`` regularises as Zhao et al.'s penalty does; ``space:
 pixels`` optimises the images themselves (from N(0, 1), clamped to [0, 1]) instead of
 the generator; ``median_filter: 1`` keeps the output as it is. Labels are the observed
 ones when the attacker knows them (the artifact's), else inferred from the last layer.
@@ -64,11 +68,12 @@ def median_filtered(images: torch.Tensor, size: int) -> torch.Tensor:
 @register("fan2025")
 class Fan2025(Attack):
     def __init__(self, *, iterations: int, lr: float, tv: float, lookahead: float,
-                 distance: str, space: str, channels: int, code_dim: int, median_filter: int,
-                 restarts: int, stopper: dict | None, seed: int = 0) -> None:
+                 probe: str, distance: str, space: str, channels: int, code_dim: int,
+                 median_filter: int, restarts: int, stopper: dict | None, seed: int = 0) -> None:
         if space not in SPACES:
             raise ValueError(f"space must be one of {SPACES}, got {space!r}")
         self.iterations, self.lr, self.tv, self.lookahead = iterations, lr, tv, lookahead
+        self.probe = probe
         self.distance, self.space = distance, space
         self.channels, self.code_dim = channels, code_dim
         self.median_filter, self.restarts, self.seed = median_filter, restarts, seed
@@ -82,8 +87,8 @@ class Fan2025(Attack):
 
     def stage(self, victims: Victims) -> Stage:
         settings = {"regularizers": {"tv": self.tv}, "signed": True, "optimizer": "adamw",
-                    "lookahead": self.lookahead, "lr_factor": annealed(self.iterations),
-                    "stopper": self.stopper}
+                    "lookahead": self.lookahead, "probe": self.probe,
+                    "lr_factor": annealed(self.iterations), "stopper": self.stopper}
         if self.space == "pixels":
             return Stage(self.distance, self.lr, self.iterations, draw=image_start,
                          boxed=True, **settings)

@@ -20,6 +20,7 @@ import torch
 from gradleak.attacks.early_stopping import Stopper
 
 OPTIMIZERS = {"lbfgs": torch.optim.LBFGS, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+PROBES = ("descent", "ascent")  # where the look-ahead step takes its second gradient
 
 
 @dataclass
@@ -58,7 +59,8 @@ def _finite(loss: torch.Tensor, variables: list[torch.Tensor]) -> torch.Tensor:
 
 def optimize(variables: list[torch.Tensor], objective: Objective, *,
              optimizer: str, lr: float, iterations: int, signed: bool = False,
-             lookahead: float = 0.0, milestones: Sequence[float] = (),
+             lookahead: float = 0.0, probe: str = "descent",
+             milestones: Sequence[float] = (),
              lr_factor: Callable[[int], float] | None = None,
              project: Callable[[list[torch.Tensor]], None] | None = None,
              stoppers: Sequence[Stopper] | None = None,
@@ -72,9 +74,11 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
     non-finite is frozen at its last finite iterate (L-BFGS stops). ``lookahead`` alpha > 0
     (Adam, AdamW): each iteration steps, takes the gradient s1 at the point it reached, goes
     back and steps on (1 - alpha) s0 + alpha s1, s0 the gradient where it started (Fan et
-    al.'s gradient regularisation as their artifact runs it: the finite-difference form of
-    a gradient-norm penalty, Zhao et al., ICML 2022; the optimiser's moments see both
-    steps, as there). The lr is multiplied by
+    al.'s gradient regularisation as their artifact runs it, the optimiser's moments seeing
+    both steps, as there). ``probe`` ``descent`` takes s1 where the step -eta d went (the
+    artifact's; to first order s0 - eta H d, a look-ahead step), ``ascent`` as far the
+    other way (s0 + eta H d: the finite-difference gradient of a penalty on the gradient's
+    norm, as Zhao et al., ICML 2022, approximate it). The lr is multiplied by
     0.1 at each fraction of ``iterations`` in ``milestones``, or by ``lr_factor(t)``;
     ``signed`` steps on the gradient's sign; ``project`` runs after every step. G
     ``stoppers`` (G dividing P): stopper g is fed the summed loss of the g-th run of P / G
@@ -86,6 +90,8 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
         raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
+    if probe not in PROBES:
+        raise ValueError(f"probe must be one of {list(PROBES)}, got {probe!r}")
     if lookahead and optimizer == "lbfgs":
         raise ValueError(f"a look-ahead step (lookahead {lookahead}) is Adam's; expected "
                          f"optimizer 'adam' or 'adamw', got 'lbfgs'")
@@ -133,7 +139,7 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
         else:
             loss = closure()
             if lookahead:
-                _look_ahead(opt, variables, closure, lookahead)
+                _look_ahead(opt, variables, closure, lookahead, probe)
             opt.step()
         schedule.step()
         if stoppers is not None and len(loss) % len(stoppers):
@@ -178,12 +184,17 @@ def optimize(variables: list[torch.Tensor], objective: Objective, *,
 
 
 def _look_ahead(opt: torch.optim.Optimizer, variables: list[torch.Tensor],
-                closure: Callable[[], torch.Tensor], alpha: float) -> None:
-    """Step, evaluate the gradient there, go back: each variable's gradient becomes
-    (1 - alpha) x its own + alpha x the look-ahead point's."""
+                closure: Callable[[], torch.Tensor], alpha: float, probe: str) -> None:
+    """Step (``ascent``: and mirror the step through the start), evaluate the gradient
+    there, go back: each variable's gradient becomes (1 - alpha) x its own + alpha x the
+    probe point's."""
     start = [v.detach().clone() for v in variables]
     own = [v.grad for v in variables]
     opt.step()
+    if probe == "ascent":
+        with torch.no_grad():
+            for v, origin in zip(variables, start):
+                v.copy_(2 * origin - v)
     closure()
     with torch.no_grad():
         for v, origin, grad in zip(variables, start, own):

@@ -45,7 +45,7 @@ class Stage:
     None; no trial gradient, so no labels, target, transformation or prior): its loss is
     that cost of the rendered images plus the regularisers. Adam, AdamW (on the gradient's
     sign when ``signed``; with ``lookahead`` alpha, the look-ahead step of
-    ``optimization.optimize``) or L-BFGS runs
+    ``optimization.optimize``, its second gradient where ``probe`` says) or L-BFGS runs
     ``iterations`` at ``lr``, times 0.1 at each fraction in ``milestones`` or
     ``lr_factor(t)``; after each step ``boxed`` clamps the first variable to [0, 1] and
     ``project(variable, start)`` replaces it. ``stopper`` is copied to every problem, or
@@ -64,6 +64,7 @@ class Stage:
     prior: Callable[[list[Observation], int], Prior] | None = None
     optimizer: str = "adam"
     lookahead: float = 0.0
+    probe: str = "descent"
     signed: bool = False
     milestones: Sequence[float] = ()
     lr_factor: Callable[[int], float] | None = None

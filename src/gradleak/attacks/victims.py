@@ -243,7 +243,7 @@ def _together(stage: Stage, objective: Callable[[Variables], torch.Tensor], star
     grid = starts[0].shape[:2]
     run = optimize(x, lambda: objective(x + constants), optimizer=stage.optimizer, lr=stage.lr,
                    iterations=stage.iterations, signed=stage.signed, lookahead=stage.lookahead,
-                   milestones=stage.milestones, lr_factor=stage.lr_factor,
+                   probe=stage.probe, milestones=stage.milestones, lr_factor=stage.lr_factor,
                    project=projection, snapshot_at=snapshots,
                    render=lambda variables: stage.images(variables + constants),
                    stoppers=copies(stage.stopper, grid[0] if stage.joint else grid.numel()))
