@@ -5,10 +5,11 @@ in the artifact, and the attack on the engine's stacked and looped runs."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 
 import pytest
 import torch
-from conftest import assert_like_the_loop, lenet_victims, stacked_and_looped
+from conftest import REPO, assert_like_the_loop, lenet_victims, stacked_and_looped
 
 from gradleak import attacks
 from gradleak.attacks import Observation
@@ -18,6 +19,12 @@ from gradleak.attacks.optimization import optimize
 from gradleak.fl.client import local_update
 from gradleak.models.dip import DeepImagePrior
 from gradleak.types import Update
+
+# the uploads of 16x16 digits m83 and m94 compare attacks on (benchmarks/fan2025_probe.py)
+_spec = importlib.util.spec_from_file_location("fan2025_probe",
+                                               REPO / "benchmarks" / "fan2025_probe.py")
+fan2025_probe = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fan2025_probe)
 
 
 def test_the_mask_is_the_one_torch_quantile_gives():
@@ -187,37 +194,9 @@ def test_layer_cosine_is_the_cosine_of_the_layer_normalised_gradients():
     assert torch.allclose(layer_cosine(trials, targets), expected, atol=1e-6)
 
 
-def _uploads(digits, protocol: str) -> list[tuple[Observation, torch.Tensor]]:
-    """Four clients' uploads of 16x16 digits through fresh Sigmoid LeNets: one gradient of
-    16 images (FedSGD) or 5 local SGD steps at lr 0.03 on 4 (FedAvg), labels known."""
-    import numpy as np
-    import torch.nn.functional as F
-
-    from gradleak.models import LeNet
-
-    x = F.interpolate(digits.x, size=(16, 16), mode="bilinear", antialias=True,
-                      align_corners=False).clamp(0, 1)
-    rng, batch = np.random.default_rng(11), {"fedsgd": 16, "fedavg": 4}[protocol]
-    out = []
-    for v in range(4):
-        idx = rng.choice(len(x), batch, replace=False)
-        images, labels = x[idx], digits.y[idx]
-        torch.manual_seed(v)
-        model = LeNet(1, 10, 16)
-        if protocol == "fedsgd":
-            obs = Observation(model=model, gradient=Update.of(model, images, labels),
-                              batch_size=batch, labels=labels)
-        else:
-            obs = Observation(model=model, gradient=local_update(
-                model, lambda _step, x=images, y=labels: (x, y), 5, 0.03), batch_size=batch,
-                labels=labels, local_steps=5, local_lr=0.03)
-        out.append((obs, images))
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("protocol", "floor"), [("fedsgd", 15.0), ("fedavg", 25.0)])
-def test_fan2025_against_inverting_gradients_on_the_same_uploads(digits, protocol, floor):
+def test_fan2025_against_inverting_gradients_on_the_same_uploads(protocol, floor):
     """Issue 74: on the same uploads at the embedded default's budget (200 iterations, the
     generator 32 wide, no median filter), Fan et al.'s attack recovers more than Inverting
     Gradients on average and reaches ``floor`` dB (m83, these 4 victims: FedSGD 16.4 against
@@ -229,7 +208,7 @@ def test_fan2025_against_inverting_gradients_on_the_same_uploads(digits, protoco
     from gradleak.attacks.engine import reconstruct_all
     from gradleak.report.intervals import interval
 
-    uploads = _uploads(digits, protocol)
+    uploads = fan2025_probe.uploads(protocol, 4)
     observations = [obs for obs, _ in uploads]
     psnr = {}
     for name, params in {"inverting_gradients": {}, "fan2025": {"channels": 32,
