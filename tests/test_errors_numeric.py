@@ -131,7 +131,10 @@ def test_an_attack_returning_nan_images_is_a_failed_victim_never_averaged(run, t
     assert bad["failure"].startswith("diverged: the reconstruction has NaN/inf pixels")
     assert math.isnan(bad["psnr"]) and math.isnan(bad["ssim"])
     assert good["failure"] is None and np.isfinite(good["psnr"])
+    # the bar of decision 0111 is the truth's own: measured whatever the reconstruction
+    assert all(0 < v["psnr_flat"] < 100 for v in (bad, good))
     frames = tables(config, results, tmp_path)
+    assert frames["privacy"]["psnr_flat"].notna().all()
     row = tradeoff_row(frames, "none", "dlg")
     assert row["failed"] == 1 and row["victims"] == 2
     assert row["psnr"] == pytest.approx(good["psnr"], rel=1e-5)  # the finite victim only

@@ -25,6 +25,9 @@ def victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstru
     the ``attacker`` (``paper``, or ``adaptive``: ``attack.attacker.adaptive``); LPIPS on
     the ``lpips_net`` backbone.
 
+    ``psnr_flat`` (with ``psnr``) is each true image's PSNR against its own mean colour:
+    what recovering that colour alone scores.
+
     ``failure`` says why a victim's numbers are not a reconstruction's: a defended upload
     with NaN/inf values, a reconstruction with NaN/inf pixels (its image metrics are NaN,
     never averaged: tables count such victims) or a metric that came out NaN.
@@ -70,6 +73,8 @@ def victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstru
         record[name] = float(np.mean(values))
         if not single:
             record[f"{name}_per_image"] = [float(value) for value in values]
+    if "psnr" in wanted:  # the bar an undefended attack must clear (decision 0111)
+        record["psnr_flat"] = float(metrics.flat_psnr(x))
     if "inputs" in rec.extra:  # GIAS Figs. A1, A2: the error of every layer's input
         record["layer_errors"] = metrics.layer_errors(obs.model, x, rec.extra["inputs"])
         record["layers"] = rec.extra.get("layers")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from gradleak.utils.lazy import names_of
 
 _HOMES = {
-    "image": ("lpips", "lpips_unavailable_reason", "match", "mse", "noise_ratio", "psnr",
-              "ssim", "stlpips"),
+    "image": ("flat_psnr", "lpips", "lpips_unavailable_reason", "match", "mse", "noise_ratio",
+              "psnr", "ssim", "stlpips"),
     "layers": ("layer_errors", "layer_inputs"),
     "utility": ("accuracy", "evaluate"),
     "maintenance": ("pmm",),

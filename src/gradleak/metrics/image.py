@@ -60,9 +60,21 @@ def mse(rec: torch.Tensor, truth: torch.Tensor, reduction: str = "mean"):
 
 def psnr(rec: torch.Tensor, truth: torch.Tensor, reduction: str = "mean"):
     """Peak signal-to-noise ratio in dB for images in [0, 1] (capped at 100 dB)."""
-    errors = mse(rec, truth, reduction="none")
-    values = np.array([100.0 if e <= 1e-10 else 10 * math.log10(1.0 / e) for e in errors])
-    return _reduce(values, reduction)
+    return _reduce(_decibels(mse(rec, truth, reduction="none")), reduction)
+
+
+def _decibels(errors) -> np.ndarray:
+    """Each MSE as a PSNR in dB for images in [0, 1], capped at 100 dB."""
+    return np.array([100.0 if e <= 1e-10 else 10 * math.log10(1.0 / e) for e in errors])
+
+
+def flat_psnr(truth: torch.Tensor, reduction: str = "mean"):
+    """PSNR of each image against itself flattened to its own mean colour (per channel):
+    what a reconstruction scores that recovered nothing but each image's average colour,
+    the bar an attack must clear to reconstruct at all (decision 0111)."""
+    truth = _check(truth, truth)[1]
+    errors = ((truth - truth.mean((2, 3), keepdim=True)) ** 2).flatten(1).mean(1)
+    return _reduce(_decibels(errors.tolist()), reduction)
 
 
 def ssim(rec: torch.Tensor, truth: torch.Tensor, reduction: str = "mean"):
