@@ -14,11 +14,13 @@ from gradleak.report.claims import measure
 from gradleak.report.target_data import TargetInputs, build_table, source_of
 from gradleak.report.verdicts import (
     CLAIM_COLUMNS,
+    FLAT_MARGIN,
     claims_table,
     sign_verdict,
     summary_line,
     verdict,
 )
+from gradleak.utils.metric_kinds import flat_twin
 
 SPEC = {"rows": ["defense", "strength"], "metrics": ["psnr", "pmm", "asr"]}
 REGIME = {"victims": 6, "seeds": 3, "learns": [
@@ -62,9 +64,12 @@ def _judged(claim: dict, inputs: TargetInputs = RUNS, regime: dict = REGIME,
     claim = {"id": "c", "target": "t", "by": "difference", "section": "§1",
              "statement": "s", "paper": None, **claim}
     measured = [pd.DataFrame([_measured(claim, inputs, spec)])]
-    if regime:  # the regime's entries, measured on the same target
+    if regime:  # the regime's entries (and their flat bars, where run), on the same target
+        twins = [flat_twin(e) for e in regime["reconstructs"]] \
+            if "psnr_flat" in inputs.victims else []
         measured.append(pd.DataFrame([_measured(e, inputs, spec) for e in
-                                      [*regime["reconstructs"], *regime["learns"]]]))
+                                      [*regime["reconstructs"], *regime["learns"], *twins]
+                                      if e]))
     studies = {"t"} if not inputs.study.empty else set()
     table, _ = claims_table([claim], measured, regime or {}, {"c": list(construction)},
                             studies, "P", {"c": "stand-in"}, "reduced")
@@ -113,6 +118,24 @@ def test_an_attack_that_does_not_reconstruct_undefended_makes_the_claim_untestab
     bare = _judged({"metric": "psnr", "of": {"defense": "refiner"}, "expect": {"<": 30}},
                    regime={**REGIME, "reconstructs": []})
     assert bare["why"] == "no regime entry says how ig reconstructs undefended"
+
+
+def test_an_attack_not_clear_of_a_flat_image_of_each_victim_s_colour_does_not_reconstruct():
+    """Decision 0111: a mean PSNR in regime is also at least FLAT_MARGIN above the flat
+    images of the same victims (their own mean colours), whatever the floor says."""
+    claim = {"metric": "psnr", "of": {"defense": "refiner"}, "to": {"defense": "soteria"},
+             "expect": {"<": 0}}
+
+    def with_flat(undefended: float) -> TargetInputs:
+        victims = RUNS.victims.assign(psnr_flat=np.where(RUNS.victims["defense"] == "none",
+                                                         undefended, 14.0))
+        return TargetInputs(victims, RUNS.fl, pd.DataFrame(), pd.DataFrame())
+
+    assert _judged(claim, inputs=with_flat(21.0))["verdict"] == "holds"  # 23.2 >= 22
+    judged = _judged(claim, inputs=with_flat(22.8))
+    assert judged["verdict"] == "untestable" and FLAT_MARGIN == 1.0
+    assert judged["why"] == ("undefended ig psnr 23.2 not >= 18 and >= 23.8 (a flat image "
+                             "22.8 + 1) (Table 10, paper 24)")
 
 
 def test_a_utility_claim_needs_fl_that_learns_and_three_seeds():

@@ -100,6 +100,8 @@ def _verdicts(args, config: dict | None) -> None:
 
     def read(path, columns, what):
         table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+        if columns == REGIME_COLUMNS and list(table.columns) == columns[:-1]:
+            table = table.reindex(columns=columns)  # a run before decision 0111: no bar
         if list(table.columns) != columns:
             raise ValueError(f"{path}: columns {list(table.columns)}, expected {columns} "
                              f"({what})")

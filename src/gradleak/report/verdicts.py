@@ -3,7 +3,8 @@
 
 A configuration's ``regime:`` states what a run must show: each attack's undefended
 reconstruction (``reconstructs``: a metric of a target's undefended rows at least a
-``floor``, or at most a ``ceiling``, beside the paper's value), undefended FL's learning
+``floor``, or at most a ``ceiling``, beside the paper's value; a mean PSNR also 1 dB above
+a flat image of each victim's mean colour, decision 0111), undefended FL's learning
 (``learns``), at least ``victims`` victims a side and ``seeds`` FL seeds. A claim requires,
 by its kind (``utils.metric_kinds.kind_of``), unless its own ``requires:`` says otherwise:
 
@@ -33,7 +34,7 @@ import pandas as pd
 import scipy.stats
 
 from gradleak.report.claims import MEASURED_COLUMNS
-from gradleak.utils.metric_kinds import kind_of, reads_fl
+from gradleak.utils.metric_kinds import flat_twin, kind_of, reads_fl
 
 VERDICTS = ("holds", "fails", "inconclusive", "untestable")
 SIGN_SETTINGS = 5  # 1 / 2**5 = 0.031: the fewest settings a one-sided sign test decides on
@@ -42,7 +43,9 @@ CLAIM_COLUMNS = ["claim", "paper", "section", "statement", "paper_value", "expec
                  "ci_low", "ci_high", "method", "verdict", "why", "rows", "n_of", "n_to",
                  "seeds_of", "seeds_to", "paired", "data", "scale", "conditions"]
 REGIME_COLUMNS = ["entry", "requirement", "attacks", "datasets", "target", "of", "metric",
-                  "bound", "paper", "source", "ours", "ci_low", "ci_high", "n", "in_regime"]
+                  "bound", "paper", "source", "ours", "ci_low", "ci_high", "n", "in_regime",
+                  "flat"]
+FLAT_MARGIN = 1.0  # dB above a flat image of each victim's mean colour (decision 0111)
 
 
 def expect_text(expect: Mapping) -> str:
@@ -93,18 +96,29 @@ def regime_table(regime: Mapping, measured: pd.DataFrame) -> pd.DataFrame:
             got = measured[measured["claim"] == entry["id"]]
             ours, low, high, n = (got.iloc[0][["ours", "ci_low", "ci_high", "n_of"]]
                                   if len(got) else (np.nan, np.nan, np.nan, 0))
+            flat = _flat(entry, measured)
+            bar = flat + FLAT_MARGIN if np.isfinite(flat) else -np.inf
             met = "not measured" if not np.isfinite(ours) else "yes" if (
-                ours >= entry["floor"] if "floor" in entry else ours <= entry["ceiling"]) \
-                else "no"
+                ours >= max(entry["floor"], bar) if "floor" in entry
+                else ours <= entry["ceiling"]) else "no"
+            bound = _bound_text(entry) + (f" and >= {bar:.3g} (a flat image {flat:.3g} + "
+                                          f"{FLAT_MARGIN:g})" if np.isfinite(bar) else "")
             rows.append({"entry": entry["id"], "requirement": requirement,
                          "attacks": ";".join(entry.get("attacks", [])),
                          "datasets": ";".join(entry.get("datasets", [])),
                          "target": entry["target"], "of": _rows_text(entry["of"]),
-                         "metric": entry["metric"], "bound": _bound_text(entry),
+                         "metric": entry["metric"], "bound": bound,
                          "paper": entry.get("paper"), "source": entry["source"],
                          "ours": ours, "ci_low": low, "ci_high": high, "n": int(n),
-                         "in_regime": met})
+                         "in_regime": met, "flat": flat})
     return pd.DataFrame(rows, columns=REGIME_COLUMNS)
+
+
+def _flat(entry: Mapping, measured: pd.DataFrame) -> float:
+    """The flat bar an entry on PSNR measured on its rows (``flat_twin``), else NaN."""
+    twin = flat_twin(entry)
+    got = measured[measured["claim"] == twin["id"]] if twin else measured.iloc[:0]
+    return float(got.iloc[0]["ours"]) if len(got) else np.nan
 
 
 def _text(value) -> str:
@@ -125,7 +139,7 @@ def _regime_reasons(entries: list[Mapping], regime: pd.DataFrame) -> list[str]:
         if row["in_regime"] == "not measured":
             out.append(f"{what} not measured ({entry['target']}: {row['of']})")
         elif row["in_regime"] == "no":
-            out.append(f"{what} {row['ours']:.3g} not {_bound_text(entry)} ({entry['source']}"
+            out.append(f"{what} {row['ours']:.3g} not {row['bound']} ({entry['source']}"
                        f"{paper})")
     return out
 
