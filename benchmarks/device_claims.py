@@ -16,7 +16,7 @@ left_out``, decision 0105), run on a GPU machine within a budget, and their clai
         [--out DIR] [--model resnet18] [--dry-run]
 
 ``--dry-run`` prices and chooses and prints the command without running it. ``--model``
-runs the reduced scale's cases on another model (CENSOR's claims on Inverting Gradients and
+runs the reduced scale's LeNet cases on another model (CENSOR's claims on Inverting Gradients and
 GradInversion, left out because neither reconstructs on the stand-ins' LeNet, on the
 paper's ResNet-18), priced on it.
 """
@@ -42,14 +42,16 @@ DATA_REASONS = ("the stand-in",)  # a left-out reason starting so is about data,
 def read(config: Path, model: str | None = None) -> dict:
     """The configuration, its paper's numbers (``reference.<t>.file``) named by absolute
     paths, so that a copy written elsewhere still finds them; with ``model``, the reduced
-    scale's cases on that model."""
+    scale's LeNet cases (the stand-in for a paper's larger model) on that model."""
     raw = yaml.safe_load(config.read_text())
     for entry in raw.get("reference", {}).values():
         if isinstance(entry, dict) and "file" in entry:
             entry["file"] = str((config.parent / entry["file"]).resolve())
     if model:
         cases = raw["reduced_overrides"].get("cases", raw.get("cases", []))
-        raw["reduced_overrides"]["cases"] = [{**case, "model": model} for case in cases]
+        raw["reduced_overrides"]["cases"] = [{**case, "model": model}
+                                             if case["model"] == "lenet" else case
+                                             for case in cases]
     return raw
 
 

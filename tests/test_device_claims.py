@@ -42,3 +42,11 @@ def test_a_copy_of_the_configuration_still_finds_the_paper_s_numbers(tmp_path):
     assert {case["model"] for case in on_resnet["reduced_overrides"]["cases"]} == {"resnet18"}
     assert [c["dataset"] for c in on_resnet["reduced_overrides"]["cases"]] == \
         ["imagenet", "ffhq", "cifar10"]
+
+
+def test_only_the_lenet_cases_move_to_the_paper_s_model():
+    """GIAS's reduced scale keeps R-GAP's CNN6 and CNN10 (the paper's own models): on
+    ResNet-18 only its LeNet cases move, so that no two cases become one."""
+    on_resnet = device_claims.read(REPO / "config" / "paper" / "gias.yaml", "resnet18")
+    assert [case["model"] for case in on_resnet["reduced_overrides"]["cases"]] == \
+        ["resnet18", "resnet18", "cnn6", "cnn10"]
