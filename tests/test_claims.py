@@ -122,7 +122,7 @@ def test_an_attack_that_does_not_reconstruct_undefended_makes_the_claim_untestab
 
 def test_an_attack_not_clear_of_a_flat_image_of_each_victim_s_colour_does_not_reconstruct():
     """Decision 0111: a mean PSNR in regime is also at least FLAT_MARGIN above the flat
-    images of the same victims (their own mean colours), whatever the floor says."""
+    image in the data's mean colour on the same victims, whatever the floor says."""
     claim = {"metric": "psnr", "of": {"defense": "refiner"}, "to": {"defense": "soteria"},
              "expect": {"<": 0}}
 

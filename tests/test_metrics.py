@@ -20,17 +20,17 @@ def test_psnr_matches_its_definition(digits):
     assert math.isclose(metrics.psnr(noisy, x), expected, rel_tol=1e-6)
 
 
-def test_flat_psnr_is_each_image_against_its_own_mean_colour(digits):
-    """The bar of decision 0111: each image's PSNR against itself flattened to its mean
-    colour, per image and unmatched (a flat image of another victim's colour never counts),
-    and the best any flat image of one colour scores."""
+def test_flat_psnr_is_a_uniform_image_in_the_data_s_mean_colour(digits):
+    """The bar of decision 0111: one uniform image in a given colour against each true
+    image, unmatched; the images' own mean colour scores it from the mean over pixels."""
     x = digits.x[:3]
-    flat = x.mean((2, 3), keepdim=True).expand_as(x)
-    expected = [10 * math.log10(1 / float(((f - t) ** 2).mean())) for f, t in zip(flat, x)]
-    assert np.allclose(metrics.flat_psnr(x, "none"), expected, rtol=1e-6)
-    assert math.isclose(metrics.flat_psnr(x), float(np.mean(expected)), rel_tol=1e-6)
-    assert metrics.psnr((flat + 0.05).clamp(0, 1), x) < metrics.flat_psnr(x)
-    assert metrics.flat_psnr(torch.full((1, 3, 4, 4), 0.3)) == 100.0
+    colour = digits.x.mean((0, 2, 3))
+    flat = colour.reshape(1, -1, 1, 1).expand_as(x)
+    expected = [10 * math.log10(1 / float(((flat[0] - t) ** 2).mean())) for t in x]
+    assert np.allclose(metrics.flat_psnr(x, colour, "none"), expected, rtol=1e-6)
+    assert math.isclose(metrics.flat_psnr(x, colour), float(np.mean(expected)), rel_tol=1e-6)
+    assert metrics.flat_psnr(x, colour) < metrics.psnr((x + 0.02).clamp(0, 1), x)
+    assert metrics.flat_psnr(torch.full((1, 3, 4, 4), 0.3), torch.full((3,), 0.3)) == 100.0
 
 
 def test_matching_undoes_a_permutation(digits):

@@ -20,13 +20,14 @@ IMAGE_METRICS = {"psnr": metrics.psnr, "ssim": metrics.ssim, "mse": metrics.mse,
 
 def victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstruction,
                    wanted: list[str], evalnet: torch.nn.Module | None, attacker: str,
-                   lpips_net: str = "alex") -> tuple[dict, torch.Tensor]:
+                   lpips_net: str = "alex", colour: torch.Tensor | None = None
+                   ) -> tuple[dict, torch.Tensor]:
     """One victim's metrics (batch means, and per image for batches of more than one), by
     the ``attacker`` (``paper``, or ``adaptive``: ``attack.attacker.adaptive``); LPIPS on
     the ``lpips_net`` backbone.
 
-    ``psnr_flat`` (with ``psnr``) is each true image's PSNR against its own mean colour:
-    what recovering that colour alone scores.
+    ``psnr_flat`` (with ``psnr`` and a ``colour``, the training data's mean colour) is
+    what a uniform image in that colour scores against the victim's images.
 
     ``failure`` says why a victim's numbers are not a reconstruction's: a defended upload
     with NaN/inf values, a reconstruction with NaN/inf pixels (its image metrics are NaN,
@@ -73,8 +74,8 @@ def victim_record(v: int, truth: tuple, obs: Observation, rec: attacks.Reconstru
         record[name] = float(np.mean(values))
         if not single:
             record[f"{name}_per_image"] = [float(value) for value in values]
-    if "psnr" in wanted:  # the bar an undefended attack must clear (decision 0111)
-        record["psnr_flat"] = float(metrics.flat_psnr(x))
+    if "psnr" in wanted and colour is not None:  # the bar of decision 0111
+        record["psnr_flat"] = float(metrics.flat_psnr(x, colour))
     if "inputs" in rec.extra:  # GIAS Figs. A1, A2: the error of every layer's input
         record["layer_errors"] = metrics.layer_errors(obs.model, x, rec.extra["inputs"])
         record["layers"] = rec.extra.get("layers")

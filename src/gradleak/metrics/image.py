@@ -68,12 +68,13 @@ def _decibels(errors) -> np.ndarray:
     return np.array([100.0 if e <= 1e-10 else 10 * math.log10(1.0 / e) for e in errors])
 
 
-def flat_psnr(truth: torch.Tensor, reduction: str = "mean"):
-    """PSNR of each image against itself flattened to its own mean colour (per channel):
-    what a reconstruction scores that recovered nothing but each image's average colour,
-    the bar an attack must clear to reconstruct at all (decision 0111)."""
+def flat_psnr(truth: torch.Tensor, colour: torch.Tensor, reduction: str = "mean"):
+    """PSNR of a uniform image in ``colour`` (one value per channel, in [0, 1]) against
+    each true image: what a guess that knows only the data's mean colour scores, the bar
+    an attack must clear to reconstruct at all (decision 0111)."""
     truth = _check(truth, truth)[1]
-    errors = ((truth - truth.mean((2, 3), keepdim=True)) ** 2).flatten(1).mean(1)
+    flat = torch.as_tensor(colour, dtype=truth.dtype).reshape(1, -1, 1, 1)
+    errors = ((truth - flat) ** 2).flatten(1).mean(1)
     return _reduce(_decibels(errors.tolist()), reduction)
 
 

@@ -26,7 +26,7 @@ from gradleak.settings import (
 from gradleak.utils.io import atomic_path
 
 IMAGE_METRICS = ["psnr", "ssim", "mse", "lpips", "stlpips", "noise_ratio"]
-# psnr_flat: the truth's PSNR against its own mean colour (decision 0111)
+# psnr_flat: a uniform image in the training data's mean colour (decision 0111)
 VICTIM_METRICS = [*IMAGE_METRICS, "psnr_flat", "iterations", "evaluations"]
 # the best image of a victim's batch by each image metric (GIAS Fig. 4's best-in-batch
 # PSNR): ``<metric>_best`` from the per-image values (the batch mean for B = 1)

@@ -4,7 +4,7 @@
 A configuration's ``regime:`` states what a run must show: each attack's undefended
 reconstruction (``reconstructs``: a metric of a target's undefended rows at least a
 ``floor``, or at most a ``ceiling``, beside the paper's value; a mean PSNR also 1 dB above
-a flat image of each victim's mean colour, decision 0111), undefended FL's learning
+a uniform image in the data's mean colour, decision 0111), undefended FL's learning
 (``learns``), at least ``victims`` victims a side and ``seeds`` FL seeds. A claim requires,
 by its kind (``utils.metric_kinds.kind_of``), unless its own ``requires:`` says otherwise:
 
@@ -45,7 +45,7 @@ CLAIM_COLUMNS = ["claim", "paper", "section", "statement", "paper_value", "expec
 REGIME_COLUMNS = ["entry", "requirement", "attacks", "datasets", "target", "of", "metric",
                   "bound", "paper", "source", "ours", "ci_low", "ci_high", "n", "in_regime",
                   "flat"]
-FLAT_MARGIN = 1.0  # dB above a flat image of each victim's mean colour (decision 0111)
+FLAT_MARGIN = 1.0  # dB above a uniform image in the data's mean colour (decision 0111)
 
 
 def expect_text(expect: Mapping) -> str:

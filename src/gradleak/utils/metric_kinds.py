@@ -35,12 +35,12 @@ def statistic(metric: str) -> str:
     return "asr" if metric == "asr" else metric.partition(":")[2] or "mean"
 
 
-FLAT = "psnr_flat"  # each victim's PSNR against its own mean colour (decision 0111)
+FLAT = "psnr_flat"  # a uniform image in the data's mean colour (decision 0111)
 
 
 def flat_twin(entry: Mapping) -> dict | None:
     """A regime entry on mean PSNR, measured instead on the flat bar of the same rows
-    (``psnr_flat``: what recovering each image's mean colour alone scores), which its attack
+    (``psnr_flat``: what a uniform image in the data's mean colour scores), which its attack
     must clear to reconstruct at all (decision 0111); None for any other entry."""
     if entry["metric"] != "psnr":
         return None

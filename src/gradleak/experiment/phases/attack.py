@@ -226,6 +226,7 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
     observe = victims.sequence_observations if spec["protocol"]["sequence"]["steps"] \
         else victims.observations
     observations, truths = observe(job, model, train, defense, seeds)
+    colour = train.x.mean((0, 2, 3))  # the data's mean colour: the bar of decision 0111
     out = paths.attack_dir(results, case, setting, seed)
     runs = {}
     for label, attacker, attack in _attackers(labels, built, adaptive):
@@ -238,7 +239,8 @@ def run_attacks(config: dict, results: Path, case: str, setting: Setting, seed: 
             recs = [records.failed(obs, f"failed: {type(err).__name__}: {err}",
                                    outputs["snapshots"]) for obs in observations[:count]]
         kept, matched = zip(*(records.victim_record(v, truth, obs, rec, outputs["metrics"],
-                                                    evalnet, attacker, outputs["lpips_net"])
+                                                    evalnet, attacker, outputs["lpips_net"],
+                                                    colour)
                               for v, (truth, obs, rec)
                               in enumerate(zip(truths, observations, recs))))
         if spec["victims"]["class"] is not None:  # CENSOR Fig. 3: are they alike?
