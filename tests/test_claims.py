@@ -14,13 +14,12 @@ from gradleak.report.claims import measure
 from gradleak.report.target_data import TargetInputs, build_table, source_of
 from gradleak.report.verdicts import (
     CLAIM_COLUMNS,
-    FLAT_MARGIN,
     claims_table,
     sign_verdict,
     summary_line,
     verdict,
 )
-from gradleak.utils.metric_kinds import flat_twin
+from gradleak.utils.metric_kinds import FLAT_MARGIN, bar_twin
 
 SPEC = {"rows": ["defense", "strength"], "metrics": ["psnr", "pmm", "asr"]}
 REGIME = {"victims": 6, "seeds": 3, "learns": [
@@ -65,7 +64,7 @@ def _judged(claim: dict, inputs: TargetInputs = RUNS, regime: dict = REGIME,
              "statement": "s", "paper": None, **claim}
     measured = [pd.DataFrame([_measured(claim, inputs, spec)])]
     if regime:  # the regime's entries (and their flat bars, where run), on the same target
-        twins = [flat_twin(e) for e in regime["reconstructs"]] \
+        twins = [bar_twin(e) for e in regime["reconstructs"]] \
             if "psnr_flat" in inputs.victims else []
         measured.append(pd.DataFrame([_measured(e, inputs, spec) for e in
                                       [*regime["reconstructs"], *regime["learns"], *twins]
@@ -208,3 +207,52 @@ def test_claims_table_has_every_column_and_counts_each_verdict():
     assert list(judged.index) == CLAIM_COLUMNS
     table = pd.DataFrame({"verdict": ["holds", "untestable", "untestable", "fails"]})
     assert summary_line(table) == "1 holds, 1 fails, 2 untestable (of 4)"
+
+
+def _attribute_runs(race: float, age: float) -> TargetInputs:
+    """Stru-NN against RecUP-FL and no defense at six rounds, on race and age, 500 test
+    uploads a round, chance 0.34; RecUP-FL 0.1 below the undefended ASR."""
+    rows = [{"case": "c", "defense": d, "strength": 0 if d == "none" else 0.1, "seed": 0,
+             "adversary": "stru_nn", "attribute": a, "round": r, "dataset": "lfw",
+             "attribute_asr": base - (d != "none") * 0.1 + 0.002 * r, "chance": 0.34,
+             "uploads": 500}
+            for d in ("none", "recupfl") for a, base in (("race", race), ("age", age))
+            for r in range(6)]
+    return TargetInputs(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(),
+                        attribute=pd.DataFrame(rows))
+
+
+def test_an_adversary_is_in_regime_above_chance_by_its_margin_on_its_own_attribute():
+    """An attribute entry (S: issue 71) is in regime at its floor and at its ``above_chance``
+    over the chance of the same rows, with Wilson's interval of the pooled uploads; a claim
+    on age needs the age entry only (``attributes``), whatever race's says."""
+    spec = {"rows": ["defense", "adversary", "attribute", "round"],
+            "metrics": ["attribute_asr", "chance"]}
+    entries = [{"id": a, "attacks": ["stru_nn"], "attributes": [a], "target": "t",
+                "of": {"defense": "none", "attribute": a}, "metric": "attribute_asr",
+                "floor": 0.4, "above_chance": 0.1, "paper": 0.8, "source": "Fig. 11"}
+               for a in ("race", "age")]
+    regime = {"victims": 6, "seeds": 1, "learns": [], "reconstructs": entries}
+    claim = {"id": "c", "target": "t", "by": "difference", "section": "§6", "statement": "s",
+             "paper": None, "metric": "attribute_asr", "expect": {"<": 0},
+             "of": {"defense": "recupfl", "attribute": "age"}, "to": {"defense": "none"}}
+
+    def judged(race: float, age: float) -> tuple[pd.Series, pd.DataFrame]:
+        inputs = _attribute_runs(race, age)
+        table = build_table(spec, inputs)
+        on = [claim, *entries, *(bar_twin(e) for e in entries)]
+        measured = pd.DataFrame([measure(c, spec, table, source_of(inputs, spec["metrics"]),
+                                         fl=inputs.fl) for c in on])
+        claims, rows = claims_table([claim], [measured], regime, {}, set(), "P",
+                                    {"c": "stand-in"}, "reduced")
+        return claims.iloc[0], rows.set_index("entry")
+
+    holds, rows = judged(race=0.30, age=0.60)  # race out of regime, age in
+    assert holds["verdict"] == "holds" and rows.loc["race", "in_regime"] == "no"
+    age = rows.loc["age"]
+    assert age["ours"] == pytest.approx(0.605) and age["bar"] == pytest.approx(0.34)
+    assert age["ci_low"] < 0.605 < age["ci_high"] and age["ci_high"] - age["ci_low"] < 0.05
+    near, _ = judged(race=0.60, age=0.42)  # above its floor, not 0.1 above chance
+    assert near["verdict"] == "untestable"
+    assert near["why"] == ("undefended stru_nn attribute_asr 0.425 not >= 0.4 and >= 0.44 "
+                           "(chance 0.34 + 0.1) (Fig. 11, paper 0.8)")

@@ -97,6 +97,10 @@ def test_a_bad_claim_is_refused_naming_it(change, message):
     with pytest.raises(cfg.ConfigError, match=re.escape(
             "(idlg-undefended-mnist): a bound of 54 on asr, a share; expected one in [0, 1]")):
         configuration.validate({**epafl, "regime": {**epafl["regime"], "reconstructs": [entry]}})
+    chance = {**epafl["regime"]["reconstructs"][0], "above_chance": 0.1}
+    with pytest.raises(cfg.ConfigError, match=re.escape(
+            "(idlg-undefended-mnist): 'above_chance' on asr; expected it only on attribute_asr")):
+        configuration.validate({**epafl, "regime": {**epafl["regime"], "reconstructs": [chance]}})
 
 
 def test_a_claim_requires_the_regime_of_its_own_case():

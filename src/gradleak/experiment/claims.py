@@ -113,6 +113,9 @@ def validate(config: dict) -> None:
                     entry.get("paper") is None or "floor" not in entry):
                 raise ConfigError(f"{where}: 'converged.basis' paper_value needs the paper's "
                                   f"value and a floor; expected both")
+            if "above_chance" in entry and entry["metric"] != "attribute_asr":
+                raise ConfigError(f"{where}: 'above_chance' on {entry['metric']}; expected it "
+                                  f"only on attribute_asr")
             bound = entry.get("floor", entry.get("ceiling"))
             if entry["metric"].partition(":")[0] in UNIT_METRICS and not 0 <= bound <= 1:
                 raise ConfigError(f"{where}: a bound of {bound:g} on {entry['metric']}, a "

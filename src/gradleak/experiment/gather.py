@@ -39,11 +39,13 @@ def _fl_summary(results: Path, case: str, setting: Setting, seed: int, trained: 
 
 def _attribute_rows(path: Path, keys: dict) -> list[dict]:
     """One attribute job's rows (adversary, attacker, attribute, round), each with its ASR,
-    chance, the FL run's learning loss and accuracy, and the point's keys."""
+    chance, the test uploads it was measured on, the FL run's learning loss and accuracy, and
+    the point's keys."""
     job = load_record(path, ["rows", "learning_loss", "accuracy"])
     return [{**keys, "adversary": row["adversary"], "attacker": row.get("attacker", PAPER),
              "attribute": row["attribute"],
              "round": row["round"], "attribute_asr": row["asr"], "chance": row["chance"],
+             "uploads": row.get("uploads", np.nan),  # jobs before the count carry none
              "learning_loss": job["learning_loss"], "accuracy": job["accuracy"]}
             for row in job["rows"]]
 

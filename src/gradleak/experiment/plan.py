@@ -21,7 +21,7 @@ from gradleak import config as cfg
 from gradleak.data import attribute_counts
 from gradleak.experiment import claim_rows
 from gradleak.settings import ATTACK_ONLY_KEYS, UNDEFENDED, Setting, frozen, number_text
-from gradleak.utils.metric_kinds import flat_twin
+from gradleak.utils.metric_kinds import bar_twin
 
 NONE = Setting(UNDEFENDED, 0)  # the undefended setting
 
@@ -371,9 +371,8 @@ def target_spec(config: dict, name: str) -> dict:
 
 def claims_on(config: dict, name: str) -> list[dict]:
     """The claims (those ``left_out`` leaves out aside) and regime entries that read target
-    ``name``, with the flat bar of each entry on PSNR (``flat_twin``): what its job
-    measures."""
+    ``name``, with each entry's bar (``bar_twin``): what its job measures."""
     entries = claim_rows.entries(config)
-    twins = [twin for twin in map(flat_twin, entries) if twin]
+    twins = [twin for twin in map(bar_twin, entries) if twin]
     return [claim for claim in [*config["claims"], *entries, *twins]
             if claim["target"] == name and claim["id"] not in config["left_out"]]

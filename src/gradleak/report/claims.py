@@ -38,7 +38,7 @@ from gradleak.utils.metric_kinds import FL_METRICS, kind_of, statistic
 
 MEASURED_COLUMNS = ["claim", "ours", "ci_low", "ci_high", "method", "n_of", "n_to",
                     "units_of", "units_to", "seeds_of", "seeds_to", "paired", "rows", "attacks",
-                    "datasets", "unmet"]
+                    "datasets", "attributes", "unmet"]
 PICKS = 1000
 RARE = 0.025  # a pick made less often than this is not the interval's
 
@@ -72,7 +72,9 @@ def units(source: pd.DataFrame, where: Mapping, keys: list[str], metric: str, ki
                           "seed": (rows["seed"] if "seed" in rows else 0),
                           "case": rows["case"] if "case" in rows else "",
                           "attack": rows.get("attack", rows.get("adversary", "")),
-                          "dataset": rows["dataset"] if "dataset" in rows else ""},
+                          "dataset": rows["dataset"] if "dataset" in rows else "",
+                          "attribute": rows["attribute"] if "attribute" in rows else "",
+                          "uploads": rows["uploads"] if "uploads" in rows else np.nan},
                          index=rows.index)
     if kind in ("attribute", "study"):  # a row per fixed setting, named by its free keys
         frame["unit"] = _joined(rows, free if free is not None else keys)
@@ -118,7 +120,11 @@ def sign_counts(values: np.ndarray, expect: Mapping) -> tuple[int, int]:
 
 def _settings(sides: list[pd.DataFrame], claim: Mapping) -> intervals.Interval:
     """Across fixed settings (each unit's rows averaged over FL seeds): the mean of the
-    quantity, and with ``expect`` the sign test's counts as the method ("sign k/n")."""
+    quantity, and with ``expect`` the sign test's counts as the method ("sign k/n"); a
+    regime entry's attribute ASR with Wilson's interval of its uploads pooled
+    (``intervals.pooled_rate``)."""
+    if "expect" not in claim and claim["metric"] == "attribute_asr" and len(sides) == 1:
+        return intervals.pooled_rate(sides[0]["value"], sides[0]["uploads"])
     sides = [s.groupby("unit", sort=True)["value"].mean().reset_index() for s in sides]
     if len(sides) == 1:
         quantity = sides[0]["value"].to_numpy()
@@ -233,7 +239,7 @@ def measure(claim: Mapping, spec: Mapping, table: pd.DataFrame, source: pd.DataF
     row = {"claim": claim["id"], "ours": np.nan, "ci_low": np.nan, "ci_high": np.nan,
            "method": "", "n_of": 0, "n_to": 0, "units_of": 0, "units_to": 0, "seeds_of": 0,
            "seeds_to": 0, "paired": False,
-           "rows": "", "attacks": "", "datasets": "", "unmet": ""}
+           "rows": "", "attacks": "", "datasets": "", "attributes": "", "unmet": ""}
     if "best" in claim:
         picks = [_picks(table, frames, keys, w, claim, kind, over) for w in wheres]
         if not all(p for p, _ in picks):
@@ -266,7 +272,10 @@ def measure(claim: Mapping, spec: Mapping, table: pd.DataFrame, source: pd.DataF
         "attacks": ";".join(sorted({a for s in sides for each in s["attack"].astype(str)
                                     for a in each.split(";") if a})),
         "datasets": ";".join(sorted({d for s in sides for each in s["dataset"].astype(str)
-                                     for d in each.split(";") if d}))})
+                                     for d in each.split(";") if d})),
+        "attributes": ";".join(sorted({a for s in sides
+                                       for a in s.get("attribute", pd.Series()).astype(str)
+                                       if a}))})
     row["unmet"] = "; ".join(_unmeasured(claim, sides, counts, first))
     return row
 

@@ -183,6 +183,19 @@ def _wilson(successes: float, n: int) -> tuple[float, float]:
     return (centre - half) / (1 + Z ** 2 / n), (centre + half) / (1 + Z ** 2 / n)
 
 
+def pooled_rate(rates, counts) -> Interval:
+    """Rates measured on ``counts`` trials each (an adversary's ASR per round on its test
+    uploads), pooled: the share of the pooled successes with its Wilson interval. The
+    rounds of one job share their test samples, so the interval is somewhat too narrow;
+    without the counts (older records), the mean of the rates alone."""
+    r, n = np.asarray(rates, dtype=float), np.asarray(counts, dtype=float)
+    keep = np.isfinite(r) & np.isfinite(n) & (n > 0)
+    if not keep.all() or not keep.any():
+        return Interval.none(float(np.nanmean(r)) if np.isfinite(r).any() else np.nan)
+    successes, total = float((r * n).sum()), int(n.sum())
+    return Interval(successes / total, *_wilson(successes, total), "wilson, pooled")
+
+
 def rate(successes) -> Interval:
     """A share of successes (0/1 units) with Wilson's interval."""
     x = np.asarray(successes, dtype=float)

@@ -4,7 +4,8 @@
 A configuration's ``regime:`` states what a run must show: each attack's undefended
 reconstruction (``reconstructs``: a metric of a target's undefended rows at least a
 ``floor``, or at most a ``ceiling``, beside the paper's value; a mean PSNR also 1 dB above
-a uniform image in the data's mean colour, decision 0111), undefended FL's learning
+a uniform image in the data's mean colour, decision 0111, and an attribute ASR its
+``above_chance`` above the same rows' chance), undefended FL's learning
 (``learns``), at least ``victims`` victims a side and ``seeds`` FL seeds. A claim requires,
 by its kind (``utils.metric_kinds.kind_of``), unless its own ``requires:`` says otherwise:
 
@@ -34,7 +35,7 @@ import pandas as pd
 import scipy.stats
 
 from gradleak.report.claims import MEASURED_COLUMNS
-from gradleak.utils.metric_kinds import flat_twin, kind_of, reads_fl
+from gradleak.utils.metric_kinds import bar_margin, bar_twin, kind_of, reads_fl
 
 VERDICTS = ("holds", "fails", "inconclusive", "untestable")
 SIGN_SETTINGS = 5  # 1 / 2**5 = 0.031: the fewest settings a one-sided sign test decides on
@@ -44,8 +45,8 @@ CLAIM_COLUMNS = ["claim", "paper", "section", "statement", "paper_value", "expec
                  "seeds_of", "seeds_to", "paired", "data", "scale", "conditions"]
 REGIME_COLUMNS = ["entry", "requirement", "attacks", "datasets", "target", "of", "metric",
                   "bound", "paper", "source", "ours", "ci_low", "ci_high", "n", "in_regime",
-                  "flat"]
-FLAT_MARGIN = 1.0  # dB above a uniform image in the data's mean colour (decision 0111)
+                  "bar"]
+BAR_NAMES = {"psnr": "a flat image", "attribute_asr": "chance"}
 
 
 def expect_text(expect: Mapping) -> str:
@@ -96,13 +97,14 @@ def regime_table(regime: Mapping, measured: pd.DataFrame) -> pd.DataFrame:
             got = measured[measured["claim"] == entry["id"]]
             ours, low, high, n = (got.iloc[0][["ours", "ci_low", "ci_high", "n_of"]]
                                   if len(got) else (np.nan, np.nan, np.nan, 0))
-            flat = _flat(entry, measured)
-            bar = flat + FLAT_MARGIN if np.isfinite(flat) else -np.inf
+            bar = _bar(entry, measured)
+            least = bar + bar_margin(entry) if np.isfinite(bar) else -np.inf
             met = "not measured" if not np.isfinite(ours) else "yes" if (
-                ours >= max(entry["floor"], bar) if "floor" in entry
+                ours >= max(entry["floor"], least) if "floor" in entry
                 else ours <= entry["ceiling"]) else "no"
-            bound = _bound_text(entry) + (f" and >= {bar:.3g} (a flat image {flat:.3g} + "
-                                          f"{FLAT_MARGIN:g})" if np.isfinite(bar) else "")
+            bound = _bound_text(entry) + (
+                f" and >= {least:.3g} ({BAR_NAMES[entry['metric']]} {bar:.3g} + "
+                f"{bar_margin(entry):g})" if np.isfinite(least) else "")
             rows.append({"entry": entry["id"], "requirement": requirement,
                          "attacks": ";".join(entry.get("attacks", [])),
                          "datasets": ";".join(entry.get("datasets", [])),
@@ -110,13 +112,13 @@ def regime_table(regime: Mapping, measured: pd.DataFrame) -> pd.DataFrame:
                          "metric": entry["metric"], "bound": bound,
                          "paper": entry.get("paper"), "source": entry["source"],
                          "ours": ours, "ci_low": low, "ci_high": high, "n": int(n),
-                         "in_regime": met, "flat": flat})
+                         "in_regime": met, "bar": bar})
     return pd.DataFrame(rows, columns=REGIME_COLUMNS)
 
 
-def _flat(entry: Mapping, measured: pd.DataFrame) -> float:
-    """The flat bar an entry on PSNR measured on its rows (``flat_twin``), else NaN."""
-    twin = flat_twin(entry)
+def _bar(entry: Mapping, measured: pd.DataFrame) -> float:
+    """The bar measured on an entry's rows (``bar_twin``), else NaN."""
+    twin = bar_twin(entry)
     got = measured[measured["claim"] == twin["id"]] if twin else measured.iloc[:0]
     return float(got.iloc[0]["ours"]) if len(got) else np.nan
 
@@ -144,9 +146,13 @@ def _regime_reasons(entries: list[Mapping], regime: pd.DataFrame) -> list[str]:
     return out
 
 
-def _covering(entries: list[Mapping], names: list[str], datasets: list[str]) -> list[Mapping]:
+def _covering(entries: list[Mapping], names: list[str], datasets: list[str],
+              attributes: list[str] = ()) -> list[Mapping]:
+    """The entries of the attacks (adversaries) a claim reads, on its datasets and, for an
+    adversary, the sensitive attributes it infers (an entry naming none covers all)."""
     return [e for e in entries if set(e.get("attacks", [])) & set(names)
-            and (not e.get("datasets") or set(e["datasets"]) & set(datasets))]
+            and (not e.get("datasets") or set(e["datasets"]) & set(datasets))
+            and (not e.get("attributes") or set(e["attributes"]) & set(attributes))]
 
 
 def requirement_reasons(claim: Mapping, measured: Mapping, regime: Mapping,
@@ -155,13 +161,14 @@ def requirement_reasons(claim: Mapping, measured: Mapping, regime: Mapping,
     kind, own = kind_of(claim["metric"], study), claim.get("requires", {})
     attacks = [a for a in _text(measured["attacks"]).split(";") if a]
     datasets = [d for d in _text(measured["datasets"]).split(";") if d]
+    attributes = [a for a in _text(measured.get("attributes")).split(";") if a]
     entries = {e["id"]: e for part in ("reconstructs", "learns") for e in regime.get(part, [])}
     reasons = []
     if kind in ("attack", "attribute"):
         if "reconstructs" in own:
             needed = [entries[i] for i in own["reconstructs"]]
         else:
-            needed = _covering(regime.get("reconstructs", []), attacks, datasets)
+            needed = _covering(regime.get("reconstructs", []), attacks, datasets, attributes)
             bare = sorted(set(attacks) - {a for e in needed for a in e["attacks"]})
             reasons += [f"no regime entry says how {a} reconstructs undefended" for a in bare]
         reasons += _regime_reasons(needed, table)

@@ -35,13 +35,24 @@ def statistic(metric: str) -> str:
     return "asr" if metric == "asr" else metric.partition(":")[2] or "mean"
 
 
-FLAT = "psnr_flat"  # a uniform image in the data's mean colour (decision 0111)
+# What a guess without the upload scores on an entry's rows, and how far above it the
+# undefended attack must be to be in regime: a uniform image in the data's mean colour on
+# mean PSNR (decision 0111); the majority share of the adversary's test uploads on
+# attribute ASR, by the entry's own ``above_chance``.
+BARS = {"psnr": "psnr_flat", "attribute_asr": "chance"}
+FLAT_MARGIN = 1.0  # dB above the uniform image (decision 0111)
 
 
-def flat_twin(entry: Mapping) -> dict | None:
-    """A regime entry on mean PSNR, measured instead on the flat bar of the same rows
-    (``psnr_flat``: what a uniform image in the data's mean colour scores), which its attack
-    must clear to reconstruct at all (decision 0111); None for any other entry."""
-    if entry["metric"] != "psnr":
+def bar_margin(entry: Mapping) -> float | None:
+    """How far above its bar a regime entry's measure must be; None: it has no bar."""
+    if entry["metric"] == "psnr":
+        return FLAT_MARGIN
+    return entry.get("above_chance") if entry["metric"] == "attribute_asr" else None
+
+
+def bar_twin(entry: Mapping) -> dict | None:
+    """A regime entry measured instead on its bar, the same rows (id ``<entry>~bar``);
+    None for an entry without one (``bar_margin``)."""
+    if bar_margin(entry) is None:
         return None
-    return {**entry, "id": f"{entry['id']}~flat", "metric": FLAT}
+    return {**entry, "id": f"{entry['id']}~bar", "metric": BARS[entry["metric"]]}
