@@ -230,3 +230,23 @@ def test_each_unit_kind_is_timed_by_the_phase_that_declares_it_and_an_unknown_on
     with pytest.raises(ValueError, match=r"unknown unit of work 'warp_step:3:b4'; expected one "
                                          r"of the kinds \[.*'inverter_step'"):
         estimate._unit_call("warp_step:3:b4", torch.device("cpu"))
+
+
+def test_local_epochs_on_an_attribute_stand_in_are_priced_over_its_shards():
+    """RecUP-FL §6.4's clients train a local epoch over their shards: on an attribute
+    dataset's stand-in (its size known before it is prepared, the digits' or the seeded
+    noise's) that is many mini-batches an upload, not one."""
+    from gradleak.data import attributes, datasets
+    from gradleak.data.digits import DIGITS_COUNT
+    from gradleak.experiment import cost
+
+    assert datasets.size("lfw", {"stand_in": "digits"}) == DIGITS_COUNT
+    assert datasets.size("adult", {"stand_in": "fake", "max_images": 400}) == 400
+    assert datasets.size("adult", {"stand_in": "fake"}) == attributes.FAKE_COUNT
+    assert datasets.size("lfw", {}) is None  # the real folder: known once prepared
+    fl = {"rounds": 2, "participation": 1.0, "client_batch_size": 1, "local_steps": 1,
+          "local_epochs": 1}
+    train = datasets.split_capacity("lfw", {"stand_in": "digits"})
+    epoch = cost.fl_steps({"fl": fl}, 10, train)
+    step = cost.fl_steps({"fl": {**fl, "local_epochs": 0}}, 10, train)
+    assert epoch == step * (train // 10)

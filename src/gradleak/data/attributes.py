@@ -55,6 +55,9 @@ def missing(name: str, options: dict) -> str | None:
     return MISSING[name](options)
 
 
+FAKE_COUNT = 1000  # samples of a `fake` attribute stand-in (a `digits` one: the digits')
+
+
 def stand_in(name: str, kind: str, seed: int = 0) -> ImageData:
     """Bundled data in the shape, task classes and attribute classes of ``name`` (smoke runs):
     ``digits`` (balanced attributes independent of y) or ``fake`` (seeded noise)."""
@@ -64,7 +67,7 @@ def stand_in(name: str, kind: str, seed: int = 0) -> ImageData:
     channels, height, width, classes = SHAPES[name]
     if kind == "fake":
         g = torch.Generator().manual_seed(seed)
-        count = 1000
+        count = FAKE_COUNT
         x = torch.rand(count, channels, height, width, generator=g)
         y = torch.randint(classes, (count,), generator=g)
         attributes = {a: torch.randint(k, (count,), generator=g) for a, k in CLASSES[name].items()}

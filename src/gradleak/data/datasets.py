@@ -163,6 +163,9 @@ SIZES = {"digits": DIGITS_COUNT, "mnist": {"train": 60000, "test": 10000},
 def size(name: str, spec: dict) -> int | None:
     """Images a configured image dataset holds (an upper bound where it depends on a
     folder; None: not known before it is prepared)."""
+    if name in ATTRIBUTE_DATASETS and spec.get("stand_in"):  # the digits, or seeded noise
+        count = DIGITS_COUNT if spec["stand_in"] == "digits" else attributes.FAKE_COUNT
+        return min(count, spec.get("max_images", count))
     if name in ATTRIBUTE_DATASETS or name not in DATASETS:
         return None
     if spec.get("stand_in") == "natural":  # as many crops as asked for
