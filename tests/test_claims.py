@@ -19,6 +19,7 @@ from gradleak.report.verdicts import (
     summary_line,
     verdict,
 )
+from gradleak.utils.keys import Family, same
 from gradleak.utils.metric_kinds import FLAT_MARGIN, bar_twin
 
 SPEC = {"rows": ["defense", "strength"], "metrics": ["psnr", "pmm", "asr"]}
@@ -256,3 +257,49 @@ def test_an_adversary_is_in_regime_above_chance_by_its_margin_on_its_own_attribu
     assert near["verdict"] == "untestable"
     assert near["why"] == ("undefended stru_nn attribute_asr 0.425 not >= 0.4 and >= 0.44 "
                            "(chance 0.34 + 0.1) (Fig. 11, paper 0.8)")
+
+
+def test_a_matched_claim_reads_the_baseline_at_the_defended_run_s_learning_loss():
+    """``matched: learning_loss`` (RecUP-FL §6.1): per setting, DP's ASR interpolated on
+    its (loss, ASR) curve from the undefended run at RecUP-FL's loss, then compared paired
+    by the sign test; a loss beyond DP's curve is not extrapolated."""
+    # DP's strengths each with their own clip (`paired:`), one family; Laplace's not in it
+    points = {("none", 0): (0.50, 0.0), ("dp_gaussian~clip=0.001", 0.01): (0.52, -0.02),
+              ("dp_gaussian~clip=5.6e-05", 0.1): (0.60, -0.05),
+              ("dp_laplace~clip=0.001", 0.1): (0.54, -0.30), ("recupfl", 0.1): (0.55, -0.10),
+              ("recupfl", 0.5): (0.65, -0.20)}
+    frame = pd.DataFrame([{"case": "c", "defense": d, "strength": s, "seed": 0,
+                           "adversary": "stru_nn", "attribute": "race", "round": r,
+                           "dataset": "lfw", "attribute_asr": 0.6 + 0.01 * r + shift,
+                           "chance": 0.34, "learning_loss": loss, "uploads": 500}
+                          for (d, s), (loss, shift) in points.items() for r in range(6)])
+    inputs = TargetInputs(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(),
+                          attribute=frame)
+    spec = {"rows": ["defense", "strength", "adversary", "attribute", "round"],
+            "metrics": ["attribute_asr", "learning_loss"]}
+    claim = {"id": "c", "target": "t", "by": "difference", "metric": "attribute_asr",
+             "matched": "learning_loss", "expect": {"<": 0},
+             "of": {"defense": "recupfl", "strength": 0.1},
+             "to": {"defense": "dp_gaussian~clip=0.001", "strength": 0.01}}
+    table = build_table(spec, inputs)
+    matched = measure(claim, spec, table, source_of(inputs, spec["metrics"]))
+    # DP at loss 0.55: -0.02 + (0.03 / 0.08) * -0.03 below the undefended ASR
+    assert matched["ours"] == pytest.approx(-0.10 - (-0.02 - 0.375 * 0.03))
+    assert matched["method"] == "sign 6/6" and matched["n_to"] == 6
+    plain = measure({**claim, "matched": None} | {"id": "p"}, spec, table,
+                    source_of(inputs, spec["metrics"]))
+    assert plain["ours"] == pytest.approx(-0.08)  # the fixed pair, at different losses
+    beyond = measure({**claim, "of": {"defense": "recupfl", "strength": 0.5}}, spec, table,
+                     source_of(inputs, spec["metrics"]))
+    assert beyond["n_to"] == 0 and beyond["unmet"].startswith("attribute_asr not measured on to")
+
+
+def test_a_defense_family_is_its_labels_whatever_their_paired_parameters():
+    dp = Family("dp_gaussian~clip=1e-08")
+    assert "dp_gaussian~clip=5.6e-05" in dp and "dp_gaussian" in dp
+    assert "dp_laplace~clip=1e-08" not in dp
+    assert "dp_gaussian~attack.protocol.round=4~clip=1e-08" not in dp
+    later = Family("dp_laplace~attack.protocol.round=4~clip=0.001")
+    assert "none~attack.protocol.round=4" in later.undefended("none")
+    assert "none" in dp.undefended("none") and same("none", dp.undefended("none"))
+

@@ -161,6 +161,26 @@ def test_an_attack_claim_plans_only_the_regime_of_the_attacks_it_reads():
     assert {a for p in plan.points(reduced) for a in p.attacks} == {"gga", "gias", "gifd"}
 
 
+def test_a_matched_claim_plans_its_baseline_s_whole_curve_from_the_undefended_run():
+    """RecUP-FL's best-tradeoff-lfw against DP (Gaussian) at RecUP-FL's learning loss plans
+    every DP strength (each with its paired clip) and the undefended run, not only the
+    one named; without `matched` only the named pair."""
+    raw = _raw("recupfl")
+    claim = next(c for c in raw["claims"] if c["id"] == "best-tradeoff-lfw")
+
+    def planned(one: dict) -> set[str]:
+        config = configuration.validate({**raw, "scale": "reduced", "claims": [one],
+                                         "reduced_overrides": {**raw["reduced_overrides"],
+                                                               "left_out": {}}})
+        return {p.setting.text for p in plan.points(config) if p.target == "fig11"}
+
+    curve = planned({**claim, "matched": "learning_loss"})
+    dp = {s for s in curve if s.startswith("dp_gaussian")}
+    assert len(dp) == 5 and "none-0" in curve
+    assert not any(s.startswith(("dp_laplace", "pruning", "soteria")) for s in curve)
+    assert {s for s in planned(claim) if s.startswith("dp_gaussian")} < dp
+
+
 def test_a_budget_cut_on_the_paper_s_value_needs_that_value_less_1_db():
     """Decision 0110: where the scale cuts an entry's attack under `converged.basis:
     paper_value`, the verdicts' floor is the paper's value less 1 dB; uncut, the floor."""

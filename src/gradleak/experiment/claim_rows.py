@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from gradleak.utils.keys import same
+from gradleak.settings import UNDEFENDED
+from gradleak.utils.keys import Family, same
 from gradleak.utils.metric_kinds import kind_of, reads_fl
 
 
@@ -71,6 +72,10 @@ def read_rows(config: Mapping) -> dict[str, list[dict]]:
     rows: dict[str, list[dict]] = {}
     for claim in planned_claims(config):
         sides = [claim["of"]] + ([{**claim["of"], **claim["to"]}] if "to" in claim else [])
+        if "matched" in claim:  # to's defense over all its strengths, from the undefended run
+            family = Family(sides[1]["defense"])
+            curve = {**sides[1], "strength": None, "defense": family}
+            sides += [curve, {**curve, "defense": family.undefended(UNDEFENDED)}]
         rows.setdefault(claim["target"], []).extend(dict(side) for side in sides)
     for entry in required_entries(config):
         rows.setdefault(entry["target"], []).append(dict(entry["of"]))

@@ -127,6 +127,9 @@ def validate(config: dict) -> None:
                               f"claims and regime entries")
         seen.add(claim["id"])
         _check_rows(config, claim, where, ("of", "to", "over"), full)
+        if "matched" in claim and kind_of(claim["metric"]) != "attribute":
+            raise ConfigError(f"{where}: 'matched' on {claim['metric']}; expected an attribute "
+                              f"metric (an adversary's ASR against a defense's curve)")
         if statistic(claim["metric"]) == "asr" and claim["by"] == "ratio":
             raise ConfigError(f"{where}: 'by' ratio of a rate (asr); expected difference")
         low, high = claim["expect"].get("between", (0, 0))

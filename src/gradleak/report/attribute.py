@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from gradleak.report.intervals import interval
+from gradleak.report.matched_loss import at_loss
 from gradleak.report.style import case_text, finish, label_points, log_axis, series_styles
 from gradleak.report.tables import load_record, require, write_csv
 from gradleak.settings import PAPER
@@ -99,8 +100,8 @@ def attribute_gap(table: pd.DataFrame, defended: str = DEFENDED) -> pd.DataFrame
         for strength, point in ours.groupby("strength"):
             loss, asr = point["learning_loss"].mean(), point["asr"].mean()
             low, high = interval(point["asr"])
-            matched = {d: float(np.interp(loss, x, y)) for d, (x, y) in curves.items()
-                       if len(x) and x[0] <= loss <= x[-1]}
+            matched = {d: value for d, (x, y) in curves.items()
+                       if np.isfinite(value := at_loss(loss, x, y))}
             best = min(matched, key=matched.get) if matched else None
             base = _asr_bounds(others[best]) if best else None
             base_low, base_high = (float(np.interp(loss, base["learning_loss"], base[side]))

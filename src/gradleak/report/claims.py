@@ -31,9 +31,11 @@ import numpy as np
 import pandas as pd
 
 from gradleak.report import intervals
+from gradleak.report.matched_loss import at_loss
 from gradleak.report.reference import matching
 from gradleak.report.tables import SUCCESS_SSIM
-from gradleak.utils.keys import same
+from gradleak.settings import UNDEFENDED
+from gradleak.utils.keys import Family, same
 from gradleak.utils.metric_kinds import FL_METRICS, kind_of, statistic
 
 MEASURED_COLUMNS = ["claim", "ours", "ci_low", "ci_high", "method", "n_of", "n_to",
@@ -85,6 +87,31 @@ def units(source: pd.DataFrame, where: Mapping, keys: list[str], metric: str, ki
                  attack=("attack", lambda a: ";".join(sorted(set(map(str, a))))),
                  dataset=("dataset", lambda d: ";".join(sorted(set(map(str, d))))))
             .reset_index())
+
+
+def _matched(source: pd.DataFrame, option: list[Mapping], metric: str, free: list[str],
+             of_units: pd.DataFrame) -> pd.DataFrame:
+    """The ``to`` side at the ``of`` side's learning loss (``matched: learning_loss``): per
+    fixed setting (``of_units``' units), the ``to`` defense's curve over all its strengths
+    (its labels' ``Family``) and the undefended rows (its start), at the loss the ``of``
+    row reached; NaN where the curve does not span it (``matched_loss.at_loss``)."""
+    family = Family(option[1]["defense"])
+    curve = {**{k: v for k, v in option[1].items() if k != "strength"}, "defense": family}
+    rows = pd.concat([_where(source, curve),
+                      _where(source, {**curve, "defense": family.undefended(UNDEFENDED)})])
+    rows = rows.drop_duplicates().assign(unit=lambda f: _joined(f, free),
+                                         value=lambda f: _value_column(f, metric, "all"))
+    own = _where(source, option[0])
+    loss = own.assign(unit=_joined(own, free)).groupby("unit")["learning_loss"].mean()
+    points = rows.groupby(["unit", "defense", "strength"])[["learning_loss", "value"]].mean()
+
+    def value(unit: str) -> float:
+        if unit not in loss or unit not in points.index.get_level_values("unit"):
+            return np.nan
+        curve = points.loc[unit]
+        return at_loss(loss[unit], curve["learning_loss"], curve["value"])
+
+    return of_units.assign(value=of_units["unit"].map(value), uploads=np.nan)
 
 
 def _joined(rows: pd.DataFrame, columns: list[str]) -> pd.Series:
@@ -258,6 +285,8 @@ def measure(claim: Mapping, spec: Mapping, table: pd.DataFrame, source: pd.DataF
     for option in options:
         sides = [units(frames(kind), w, keys, claim["metric"], kind, over, free)
                  for w in option]
+        if claim.get("matched"):
+            sides[1] = _matched(frames(kind), option, claim["metric"], free, sides[0])
         made.append((sides, *_contrast(sides, claim, kind)))
     sides, first, paired = made[0]
     counts = [int(s["value"].notna().sum()) for s in sides]

@@ -25,9 +25,10 @@ def kind_of(metric: str, study: bool = False) -> str:
 
 def reads_fl(claim: Mapping, study: bool = False) -> bool:
     """Whether a claim (or regime entry) reads FL runs: its metric is one of an FL run's, or
-    it picks its rows by one (``over``: Refiner's matched utility)."""
+    it picks its rows by one (``over``: Refiner's matched utility) or matches them on the
+    FL run's learning loss (``matched``: RecUP-FL's)."""
     return kind_of(claim["metric"], study) == "utility" or bool(
-        set(claim.get("over", {})) & set(FL_METRICS))
+        set(claim.get("over", {})) & set(FL_METRICS)) or "matched" in claim
 
 
 def statistic(metric: str) -> str:
