@@ -292,6 +292,16 @@ def test_a_matched_claim_reads_the_baseline_at_the_defended_run_s_learning_loss(
     beyond = measure({**claim, "of": {"defense": "recupfl", "strength": 0.5}}, spec, table,
                      source_of(inputs, spec["metrics"]))
     assert beyond["n_to"] == 0 and beyond["unmet"].startswith("attribute_asr not measured on to")
+    # judged: its losses need FL that learns; one FL seed is no shortfall for a sign test
+    entry = {"id": "nn", "attacks": ["stru_nn"], "target": "t", "of": {"defense": "none"},
+             "metric": "attribute_asr", "floor": 0.4, "paper": 0.8, "source": "Fig. 11"}
+    judged, _ = claims_table(
+        [{**claim, "section": "§6", "statement": "s", "paper": None}],
+        [pd.DataFrame([matched, measure(entry, spec, table,
+                                       source_of(inputs, spec["metrics"]))])],
+        {"victims": 16, "seeds": 3, "reconstructs": [entry], "learns": []}, {}, set(), "P",
+        {"c": "stand-in"}, "reduced")
+    assert judged.iloc[0]["why"] == "no regime entry says how undefended FL learns"
 
 
 def test_a_defense_family_is_its_labels_whatever_their_paired_parameters():

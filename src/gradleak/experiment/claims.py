@@ -21,7 +21,7 @@ from gradleak import attacks
 from gradleak import config as cfg
 from gradleak.config import ConfigError
 from gradleak.experiment import claim_rows, plan
-from gradleak.utils.metric_kinds import kind_of, reads_fl, statistic
+from gradleak.utils.metric_kinds import kind_of, seeds_a_side, statistic
 
 PAPER_MARGIN = 1.0  # dB: a cut budget justified by the paper's value reaches it less this
 
@@ -231,7 +231,7 @@ def construction(config: dict) -> dict[str, list[str]]:
                         if not read_points(config, claim, points, [side])]
         kind = kind_of(claim["metric"], claim["target"] in studies)
         seeds = claim.get("requires", {}).get("seeds", regime["seeds"])
-        if reads_fl(claim, claim["target"] in studies) and len(config["fl"]["seeds"]) < seeds:
+        if seeds_a_side(claim, claim["target"] in studies) and len(config["fl"]["seeds"]) < seeds:
             reasons.append(f"{len(config['fl']['seeds'])} FL seed"
                            f"{'s' * (len(config['fl']['seeds']) != 1)} planned "
                            f"(fl.seeds {config['fl']['seeds']}); the claim needs {seeds}")

@@ -13,7 +13,9 @@ by its kind (``utils.metric_kinds.kind_of``), unless its own ``requires:`` says 
   claim's datasets, where the entry names some), and ``victims`` a side;
 - ``utility`` (and a claim that picks its rows by an FL metric, ``over``): every
   ``learns`` entry on its datasets, and ``seeds`` FL seeds a side;
-- ``attribute``: its adversaries covered by ``reconstructs`` entries, like attacks;
+- ``attribute``: its adversaries covered by ``reconstructs`` entries, like attacks (on
+  the attributes it infers, where an entry names some); matched on learning loss
+  (``matched``), also every ``learns`` entry on its datasets;
 - ``attribute`` and ``study``: 5 settings, the fewest at which a one-sided sign test can
   reach p < 0.05;
 
@@ -35,7 +37,7 @@ import pandas as pd
 import scipy.stats
 
 from gradleak.report.claims import MEASURED_COLUMNS
-from gradleak.utils.metric_kinds import bar_margin, bar_twin, kind_of, reads_fl
+from gradleak.utils.metric_kinds import bar_margin, bar_twin, kind_of, reads_fl, seeds_a_side
 
 VERDICTS = ("holds", "fails", "inconclusive", "untestable")
 SIGN_SETTINGS = 5  # 1 / 2**5 = 0.031: the fewest settings a one-sided sign test decides on
@@ -180,6 +182,7 @@ def requirement_reasons(claim: Mapping, measured: Mapping, regime: Mapping,
                       if not e.get("datasets") or set(e["datasets"]) & set(datasets)]
             reasons += [] if needed else ["no regime entry says how undefended FL learns"]
         reasons += _regime_reasons(needed, table)
+    if seeds_a_side(claim, study):
         seeds = own.get("seeds", regime.get("seeds", 3))
         have = min(measured["seeds_of"], measured["seeds_to"] or measured["seeds_of"])
         if have < seeds:

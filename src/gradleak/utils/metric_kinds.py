@@ -31,6 +31,13 @@ def reads_fl(claim: Mapping, study: bool = False) -> bool:
         set(claim.get("over", {})) & set(FL_METRICS)) or "matched" in claim
 
 
+def seeds_a_side(claim: Mapping, study: bool = False) -> bool:
+    """Whether a claim needs FL seeds a side (``regime.seeds``): one reading FL runs but for
+    an attribute claim, whose fixed settings a sign test compares (its learning losses
+    matched, ``matched``, still need FL that learns)."""
+    return reads_fl(claim, study) and kind_of(claim["metric"], study) != "attribute"
+
+
 def statistic(metric: str) -> str:
     """mean, sum or asr (a claim's statistic over its units)."""
     return "asr" if metric == "asr" else metric.partition(":")[2] or "mean"
