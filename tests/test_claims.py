@@ -313,3 +313,17 @@ def test_a_defense_family_is_its_labels_whatever_their_paired_parameters():
     assert "none~attack.protocol.round=4" in later.undefended("none")
     assert "none" in dp.undefended("none") and same("none", dp.undefended("none"))
 
+
+
+def test_a_claim_at_the_same_utility_is_undecided_where_its_sides_fl_runs_are_apart():
+    """``same_utility`` (RecUP-FL §6.3): Refiner 0.1 and Soteria 0.5 reach accuracy 0.594
+    and 0.587 (mean over 3 FL seeds): the same within 0.01, not within 0.005."""
+    claim = {"metric": "psnr", "of": {"defense": "refiner", "strength": 0.1},
+             "to": {"defense": "soteria", "strength": 0.5}}
+    close = _measured({**claim, "same_utility": {"metric": "accuracy", "within": 0.01}})
+    assert close["unmet"] == "" and close["ours"] == pytest.approx(11.0 - 20.0)
+    apart = _measured({**claim, "same_utility": {"metric": "accuracy", "within": 0.005}})
+    assert apart["unmet"] == ("accuracy 0.594 against 0.587: more than 0.005 apart, not at "
+                              "the same utility")
+    unmeasured = _measured({**claim, "same_utility": {"metric": "test_loss", "within": 0.01}})
+    assert unmeasured["unmet"].startswith("test_loss of the FL runs not measured a side")

@@ -305,8 +305,26 @@ def measure(claim: Mapping, spec: Mapping, table: pd.DataFrame, source: pd.DataF
         "attributes": ";".join(sorted({a for s in sides
                                        for a in s.get("attribute", pd.Series()).astype(str)
                                        if a}))})
-    row["unmet"] = "; ".join(_unmeasured(claim, sides, counts, first))
+    unmet = _unmeasured(claim, sides, counts, first)
+    if "same_utility" in claim:
+        unmet += _utility_apart(claim["same_utility"], frames("utility"), options[0])
+    row["unmet"] = "; ".join(unmet)
     return row
+
+
+def _utility_apart(same_utility: Mapping, fl: pd.DataFrame, option: list[Mapping]) -> list[str]:
+    """Why the two sides are not at the same utility (``same_utility``: their FL runs'
+    ``metric``, mean over seeds, at most ``within`` apart; RecUP-FL §6.3 tunes each defense
+    to "a similar level of learning loss"); empty where they are."""
+    metric, within = same_utility["metric"], same_utility["within"]
+    values = [_where(fl, side)[metric].astype(float).mean() if metric in fl else np.nan
+              for side in option]
+    if not all(np.isfinite(values)):
+        return [f"{metric} of the FL runs not measured a side: the same utility unchecked"]
+    if abs(values[0] - values[1]) > within:
+        return [f"{metric} {values[0]:.4g} against {values[1]:.4g}: more than {within:g} "
+                f"apart, not at the same utility"]
+    return []
 
 
 def _unmeasured(claim: Mapping, sides: list[pd.DataFrame], counts: list[int],
