@@ -10,13 +10,14 @@ how to obtain it (:func:`missing`). The loaders, each described in its module:
 (``gradleak.data.celeba``) and ``audiomnist`` (``gradleak.data.audiomnist``).
 
 Stand-ins (``stand_in``) give each of these the paper's shape (``image_data.SHAPES``), task
-class count and attribute classes from the digits: ``digits`` ranks five shape measures
-(ink, slant, stroke width, bounding-box aspect, vertical centroid) within each digit into
-k bins, so every attribute is balanced and independent of y (y: parity for two classes,
-the digit for ten; ``mnist_attributes``' stand-in is the parity task whatever ``task``
-says), and a ``GROUPS`` attribute (LFW's ``identity``) is each distinct combination of the
-binned attributes, so a stand-in "person" has one race, gender, age... as a real one has;
-``fake`` draws seeded noise for x, y and the attributes (a group: one of N / 10).
+class count and attribute classes from the digits: ``digits`` ranks one of five shape
+measures (ink, slant, stroke width, bounding-box aspect, vertical centroid; which one per
+attribute: ``STAND_IN_MEASURES``) within each digit into k bins, so every attribute is
+balanced and independent of y (y: parity for two classes, the digit for ten;
+``mnist_attributes``' stand-in is the parity task whatever ``task`` says), and a ``GROUPS``
+attribute (LFW's ``identity``) is each distinct combination of the binned attributes, so a
+stand-in "person" has one race, gender, age... as a real one has; ``fake`` draws seeded
+noise for x, y and the attributes (a group: one of N / 10).
 """
 
 from __future__ import annotations
@@ -57,6 +58,18 @@ def missing(name: str, options: dict) -> str | None:
 
 FAKE_COUNT = 1000  # samples of a `fake` attribute stand-in (a `digits` one: the digits')
 
+# dataset -> attribute -> the digits' shape measure (``digit_attributes.MEASURES``) whose
+# within-digit bins stand in for it: each attribute's position in ``CLASSES``, modulo 5
+STAND_IN_MEASURES = {
+    "mnist_attributes": {"ink": "ink", "slant": "slant", "stroke": "stroke", "group": "aspect"},
+    "adult": {"race": "ink", "sex": "slant"},
+    "lfw": {"race": "ink", "gender": "slant", "age": "stroke", "glasses": "aspect",
+            "hair": "centroid"},
+    "celeba": {"age": "ink", "smiling": "slant", "eyeglasses": "stroke"},
+    "audiomnist": {"gender": "ink", "native": "slant", "identity": "stroke", "accent": "aspect",
+                   "age": "centroid"},
+}
+
 
 def stand_in(name: str, kind: str, seed: int = 0) -> ImageData:
     """Bundled data in the shape, task classes and attribute classes of ``name`` (smoke runs):
@@ -78,8 +91,9 @@ def stand_in(name: str, kind: str, seed: int = 0) -> ImageData:
         raise ValueError(f"stand_in must be 'digits' or 'fake', got {kind!r}")
     digits = load_digits(1, 32)
     labels, measures = digits.y.numpy(), shape_measures(digits.x)
-    attributes = {a: torch.from_numpy(within_class_bins(measures[i % len(measures)], labels, k))
-                  for i, (a, k) in enumerate(CLASSES[name].items())}
+    attributes = {a: torch.from_numpy(within_class_bins(measures[STAND_IN_MEASURES[name][a]],
+                                                        labels, k))
+                  for a, k in CLASSES[name].items()}
     for group in GROUPS.get(name, ()):  # a "person": one combination of the attributes
         combos = torch.stack([attributes[a] for a in CLASSES[name]], 1)
         attributes[group] = torch.unique(combos, dim=0, return_inverse=True)[1]

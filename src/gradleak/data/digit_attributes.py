@@ -21,7 +21,8 @@ inference, on data that needs no download).
   root, ``split`` test by default).
 
 ``shape_measures`` adds the bounding-box aspect and the vertical centroid to the three
-measures, for the attribute stand-ins (``attributes.stand_in``).
+measures, by name (``MEASURES``), for the attribute stand-ins (``attributes.stand_in``,
+which bins one per attribute: ``attributes.STAND_IN_MEASURES``).
 """
 
 from __future__ import annotations
@@ -98,11 +99,15 @@ def _centroid_row(gray: np.ndarray) -> np.ndarray:
     return (gray * rows).sum((1, 2)) / np.maximum(gray.sum((1, 2)), 1e-12)
 
 
-def shape_measures(x: torch.Tensor) -> list[np.ndarray]:
-    """Five shape measures of images x (N, C, H, W): ink mass, slant, stroke width,
+MEASURES = ("ink", "slant", "stroke", "aspect", "centroid")
+
+
+def shape_measures(x: torch.Tensor) -> dict[str, np.ndarray]:
+    """The five ``MEASURES`` of images x (N, C, H, W): ink mass, slant, stroke width,
     bounding-box aspect and vertical centroid."""
     gray = _gray(x)
-    return [ink_mass(gray), slant(gray), stroke_width(gray), _aspect(gray), _centroid_row(gray)]
+    return dict(zip(MEASURES, [ink_mass(gray), slant(gray), stroke_width(gray), _aspect(gray),
+                               _centroid_row(gray)]))
 
 
 def digit_attributes(x: torch.Tensor, digits: torch.Tensor) -> dict[str, torch.Tensor]:
