@@ -15,7 +15,7 @@ from gradleak import data, models
 from gradleak.data import attributes as A
 from gradleak.data.adult import ADULT_CONTINUOUS, adult_feature_names
 from gradleak.data.audiomnist import AUDIO_RATE, spectrogram
-from gradleak.data.digit_attributes import slant, stroke_width, within_class_bins
+from gradleak.data.digit_attributes import shape_measures, slant, stroke_width, within_class_bins
 from gradleak.utils.io import read_json
 
 PAPER_SHAPES = {"lfw": (3, 62, 47), "celeba": (3, 32, 32), "audiomnist": (1, 64, 64),
@@ -183,6 +183,22 @@ def test_stand_ins_have_paper_shapes_and_attribute_classes(name):
     assert {a: int(fake.attributes[a].max()) < k for a, k in A.CLASSES[name].items()} == \
         {a: True for a in A.CLASSES[name]}
     assert torch.equal(fake.x, data.datasets.load_stand_in(name, "fake", seed=1).x)
+
+
+def test_each_stand_in_attribute_bins_its_own_measure_within_each_digit():
+    digits = data.load_digits(1, 32)
+    measures, labels = shape_measures(digits.x), digits.y.numpy()
+    for name, chosen in A.STAND_IN_MEASURES.items():
+        assert chosen.keys() == A.CLASSES[name].keys()
+        assert len(set(chosen.values())) == len(chosen), name  # no two share a measure
+        found = A.stand_in(name, "digits").attributes
+        for attr, k in A.CLASSES[name].items():
+            expected = within_class_bins(measures[chosen[attr]], labels, k)
+            assert np.array_equal(found[attr].numpy(), expected), (name, attr)
+    # LFW race and age on measures apart (m97): not ink and stroke (ink / skeleton length)
+    lfw = A.stand_in("lfw", "digits").attributes
+    assert A.STAND_IN_MEASURES["lfw"]["race"] != A.STAND_IN_MEASURES["lfw"]["age"]
+    assert abs(np.corrcoef(lfw["race"].numpy(), lfw["age"].numpy())[0, 1]) < 0.1
 
 
 @pytest.mark.parametrize("name", sorted(PAPER_SHAPES))
