@@ -5,7 +5,7 @@ Per case of ``--config`` at its reduced scale (every attribute dataset the ``dig
 stand-in, at its paper shape, with its case's model), at round 0: the model as the FL run
 initialises it (``fl_run``'s ``init`` seed), the adversaries' D_train (``d_train``) and
 clean features (``train_features``), and D_test's one-sample uploads as the attribute phase
-makes them (``phases.attribute._uploads`` under no defense, its seeds). Each of the five
+makes them (``phases.attribute.upload_features``, no defense, its seeds). Each of the five
 shape measures (``digit_attributes.MEASURES``) in turn stands in for every attribute of the
 dataset (``attributes.STAND_IN_MEASURES`` patched while the splits are prepared), binned
 within each digit into that attribute's class count k; the uploads are the same for all
@@ -39,8 +39,8 @@ from gradleak.data.digit_attributes import MEASURES
 from gradleak.experiment import configuration, plan
 from gradleak.experiment.attribute_samples import d_train, seeds, train_features, with_attributes
 from gradleak.experiment.job import Job, build_model
-from gradleak.experiment.phases.attribute import _uploads
-from gradleak.experiment.phases.prepare_data import _loader_options
+from gradleak.experiment.phases.attribute import upload_features
+from gradleak.experiment.phases.prepare_data import loader_options
 from gradleak.report.intervals import pooled_rate, rate
 from gradleak.utils.seeding import child_seeds, seed_everything
 
@@ -60,7 +60,7 @@ def splits_with(config: dict, dataset: str, measure: str, folder: Path
                 ) -> tuple[data.ImageData, data.ImageData]:
     """(D_train, the train split) of ``dataset`` prepared in ``folder`` with ``measure``
     standing in for every one of its attributes."""
-    options, splits, split_seed = _loader_options(config, dataset)
+    options, splits, split_seed = loader_options(config, dataset)
     every = {a: measure for a in CLASSES[dataset]}
     with mock.patch.dict(attributes.STAND_IN_MEASURES, {dataset: every}):
         data.prepare(dataset, folder, options, splits, split_seed)
@@ -82,8 +82,9 @@ def measure_case(config: dict, case: str, seed: int, names: list[str], folder: P
     chosen = torch.from_numpy(np.random.default_rng(own["samples"]).choice(
         len(train), count, replace=False))
     train_x, _ = train_features(model, with_attributes(public, attributes_), spec)
-    test_x, _, _ = _uploads(job, model, with_attributes(train.subset(chosen), attributes_), 0,
-                            own["defense"])
+    test_x, _, _ = upload_features(job, model,
+                                   with_attributes(train.subset(chosen), attributes_), 0,
+                                   own["defense"])
     rows = []
     for measure, (public_m, train_m) in prepared.items():
         if not (torch.equal(public_m.x, public.x) and torch.equal(train_m.x, train.x)):

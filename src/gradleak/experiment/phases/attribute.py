@@ -61,9 +61,9 @@ def _saved_adversaries(path: Path, model: torch.nn.Module) -> dict:
     return saved["fitted"]
 
 
-def _uploads(job: Job, model: torch.nn.Module, samples: data.ImageData, round_: int,
-             seed: int, desc: str = "") -> tuple[torch.Tensor, dict[str, np.ndarray],
-                                                  list[float]]:
+def upload_features(job: Job, model: torch.nn.Module, samples: data.ImageData, round_: int,
+                    seed: int, desc: str = "") -> tuple[torch.Tensor, dict[str, np.ndarray],
+                                                         list[float]]:
     """Features of each defended upload of ``samples`` (``attribute.batch_size`` per upload:
     D_test, or D_train for the adaptive adversary), its attribute labels and the defense's
     time per upload; upload g's defense draws from ``seed + g``, whichever uploads it is
@@ -124,10 +124,10 @@ def run_attribute(config: dict, results: Path, case: str, setting: Setting, seed
             results, case, plan.adversary_setting(setting, round_), seed, round_), model)
         if refitted:
             train_x, train_labels = train_features(model, public, spec)
-        test_x, test_labels, seconds = _uploads(job, model, d_test, round_, own["defense"])
+        test_x, test_labels, seconds = upload_features(job, model, d_test, round_, own["defense"])
         times += seconds
         if spec["adaptive"] and not reused:
-            public_x, public_labels, seconds = _uploads(job, model, public, round_,
+            public_x, public_labels, seconds = upload_features(job, model, public, round_,
                                                         own["public"], desc="public ")
             public_times += seconds
         for attribute in names:

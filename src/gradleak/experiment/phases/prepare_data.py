@@ -13,7 +13,7 @@ from gradleak.experiment import paths, plan
 from gradleak.experiment.phase import Kind, Output, Phase
 
 
-def _loader_options(config: dict, dataset: str) -> tuple[dict, dict, int]:
+def loader_options(config: dict, dataset: str) -> tuple[dict, dict, int]:
     """The loader options, split fractions and split seed of a configured dataset."""
     spec = dict(config["datasets"][dataset])
     splits = spec.pop("splits")
@@ -25,7 +25,7 @@ def prepare_data(config: dict, results: Path, dataset: str) -> None:
     if dataset not in config["datasets"]:
         raise ValueError(f"dataset {dataset!r} is not configured; expected one of "
                          f"{sorted(config['datasets'])}")
-    options, splits, seed = _loader_options(config, dataset)
+    options, splits, seed = loader_options(config, dataset)
     out = paths.data_dir(results, dataset)
     manifest = data.prepare(dataset, out, options, splits, seed)
     counts = {k: v["count"] for k, v in manifest["splits"].items()}
