@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from gradleak.attacks.base import register
 from gradleak.attacks.bn_statistics import preserved_buffers
@@ -150,7 +151,9 @@ def meta_learn_generator(observations: Sequence[Observation], generator: nn.Modu
     with ExitStack() as stack:  # train-mode BatchNorm would update the models' running stats
         for model in {id(obs.model): obs.model for obs in observations}.values():
             stack.enter_context(preserved_buffers(model))
-        for step, tasks in enumerate(order[done:], start=done + 1):
+        steps = tqdm(enumerate(order[done:], start=done + 1), desc="giml", initial=done,
+                     total=outer_steps, unit="step", leave=False)
+        for step, tasks in steps:
             entry = _outer_step(meta, meta_opt, [observations[i] for i in tasks], rng, **inner)
             entry.update(step=step, tasks=tasks)
             log.append(entry)
