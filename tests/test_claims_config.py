@@ -275,3 +275,14 @@ def test_gradleak_validate_lists_what_the_scale_cannot_decide(capsys):
     assert lines[1].startswith("claim time-mnist is untestable at scale smoke: smoke scale")
     assert cli.main(["validate", "--config", config]) == 0
     assert capsys.readouterr().out.count("\n") == 1  # the full scale cannot be cut
+
+
+def test_a_run_leaves_out_more_claims_on_top_of_its_scales_with_dots_in_their_ids():
+    """`--config 'left_out={...}'` adds to the reduced scale's own left_out (whose ids, such
+    as GIAS's noise-always-0.001, hold dots): the union is left out, nothing of it planned."""
+    raw = _raw("gias")
+    giml = [c["id"] for c in raw["claims"] if c["target"] == "fig6"]
+    config = configuration.validate({**raw, "scale": "reduced",
+                                     "left_out": {i: "a second run" for i in giml}})
+    assert set(giml) | set(raw["reduced_overrides"]["left_out"]) == set(config["left_out"])
+    assert "fig6" not in plan.targets(config)

@@ -274,11 +274,13 @@ def merge(base: dict, update: Mapping) -> dict:
 
 
 def replaced(base: Mapping, update: Mapping, path: str = "") -> list[str]:
-    """The dotted paths of the leaves :func:`merge` would replace in ``base``."""
+    """The dotted paths of the leaves :func:`merge` would replace in ``base``; a mapping
+    keyed by names with dots in them (``left_out``'s claim ids) is one leaf."""
     out = []
     for key, value in update.items():
         where = f"{path}{key}"
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+        if (isinstance(value, Mapping) and isinstance(base.get(key), dict)
+                and not any("." in str(name) for name in value)):
             out += replaced(base[key], value, f"{where}.")
         else:
             out.append(where)
