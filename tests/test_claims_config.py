@@ -258,6 +258,26 @@ def test_verdicts_are_written_from_kept_runs(tmp_path, capsys):
     assert "bad.csv: columns ['claim', 'ours'], expected" in capsys.readouterr().err
 
 
+def test_a_run_made_in_parts_is_one_section_with_each_claim_from_the_part_that_ran_it(
+        tmp_path, capsys):
+    """Two parts of one paper, each leaving the other's claim out: one section, both claims
+    judged, both parts' commits and commands under it."""
+    judged = _judged({"metric": "psnr", "of": {"defense": "refiner"},
+                      "to": {"defense": "soteria"}, "expect": {"<": 0},
+                      "statement": "it works"}).to_dict()
+    left = {**judged, "verdict": "untestable", "why": "left out at this scale: another part"}
+    for part, rows, commit in (("a", [judged, {**left, "claim": "d"}], "aaa1111"),
+                               ("b", [left, {**judged, "claim": "d"}], "bbb2222")):
+        pd.DataFrame(rows).to_csv(tmp_path / f"p-{part}.csv", index=False)
+        (tmp_path / f"p-{part}.run.json").write_text(json.dumps(
+            {"commit": commit, "command": f"snakemake part {part}", "cpu_hours": 1.0}))
+    assert cli.main(["verdicts", str(tmp_path / "p-a.csv"), str(tmp_path / "p-b.csv")]) == 0
+    text = capsys.readouterr().out
+    assert text.count("## P") == 1 and "**2 hold (of 2)**." in text
+    assert "Run: commit `aaa1111`, then `bbb2222`, scale reduced, `snakemake part a`, then " \
+           "`snakemake part b`, 2 CPU-hours." in text
+
+
 def test_docs_verdicts_is_what_gradleak_verdicts_writes_from_the_kept_runs(capsys):
     runs = sorted(p for p in (REPO / "docs" / "verdicts").glob("*.csv")
                   if not p.stem.endswith("-regime"))

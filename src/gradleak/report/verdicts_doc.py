@@ -42,6 +42,32 @@ class Run:
     made: dict = field(default_factory=dict)
 
 
+def merged(parts: list[Run]) -> Run:
+    """One paper's run made in parts, each leaving the others' claims out (docs/papers.md,
+    a run longer than one sitting): each claim's row from the part that planned it, each
+    regime entry as a part measured it, the notes and how each part was made."""
+    if len(parts) == 1:
+        return parts[0]
+    claims = pd.concat([part.claims for part in parts], ignore_index=True)
+    left_out = texts(claims["why"]).str.startswith("left out")
+    claims = (claims.assign(_left_out=left_out).sort_values("_left_out", kind="stable")
+              .drop_duplicates("claim").sort_index().drop(columns="_left_out"))
+    regimes = [part.regime for part in parts if part.regime is not None]
+    regime = None
+    if regimes:
+        regime = pd.concat(regimes, ignore_index=True)
+        regime = (regime.assign(_unmeasured=regime["n"].fillna(0) == 0)
+                  .sort_values("_unmeasured", kind="stable")
+                  .drop_duplicates(["entry", "of"]).sort_index().drop(columns="_unmeasured"))
+    made = [part.made for part in parts]
+    return Run(claims.reset_index(drop=True), regime,
+               "\n\n".join(part.notes.strip() for part in parts if part.notes) or None,
+               {"commit": "`, then `".join(m.get("commit", "-") for m in made),
+                "command": "`, then `".join(m.get("command", "-") for m in made),
+                "cpu_hours": sum(m.get("cpu_hours") or 0 for m in made) or None,
+                "machine": "; ".join(m["machine"] for m in made if m.get("machine"))})
+
+
 def regime_box(regime: pd.DataFrame | None) -> list[str]:
     """The regime: each entry, ours with its interval beside its bound and the paper's."""
     if regime is None or regime.empty:
@@ -136,7 +162,8 @@ def claims_section(claims: pd.DataFrame, regime: pd.DataFrame | None,
 
 
 def verdicts_text(runs: list[Run]) -> str:
-    """docs/verdicts.md: per kept run, its paper's section, then the run's notes."""
+    """docs/verdicts.md: per paper, its section from its kept run (or the parts of one,
+    :func:`merged`), then the run's notes."""
     sections = ["# Verdicts",
                 "Written by `gradleak verdicts` from the runs kept in docs/verdicts/ (each "
                 "run's claims.csv, regime.csv, its .run.json and the notes in its .md), not by "
@@ -144,7 +171,12 @@ def verdicts_text(runs: list[Run]) -> str:
                 "attack does not reconstruct, undefended FL does not learn, or the scale "
                 "cannot decide the claim, it is **untestable**, with why. The full "
                 "configurations' departures from the papers are in their files and reports."]
+    papers: dict[str, list[Run]] = {}
     for run in runs:
+        paper = run.made["paper"] if run.claims is None else run.claims["paper"].iloc[0]
+        papers.setdefault(paper, []).append(run)
+    for parts in papers.values():
+        run = parts[0] if parts[0].claims is None else merged(parts)
         if run.claims is None:
             sections += [f"## {run.made['paper']}", f"**Withdrawn.** {run.made['withdrawn']}"]
             continue
