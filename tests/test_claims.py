@@ -292,6 +292,9 @@ def test_a_matched_claim_reads_the_baseline_at_the_defended_run_s_learning_loss(
     beyond = measure({**claim, "of": {"defense": "recupfl", "strength": 0.5}}, spec, table,
                      source_of(inputs, spec["metrics"]))
     assert beyond["n_to"] == 0 and beyond["unmet"].startswith("attribute_asr not measured on to")
+    absent = measure({**claim, "of": {"defense": "recupfl", "strength": 0.9}}, spec, table,
+                     source_of(inputs, spec["metrics"]))  # a smoke scale plans no such row
+    assert absent["n_of"] == absent["n_to"] == 0 and np.isnan(absent["ours"])
     # judged: its losses need FL that learns; one FL seed is no shortfall for a sign test
     entry = {"id": "nn", "attacks": ["stru_nn"], "target": "t", "of": {"defense": "none"},
              "metric": "attribute_asr", "floor": 0.4, "paper": 0.8, "source": "Fig. 11"}

@@ -111,7 +111,7 @@ def _matched(source: pd.DataFrame, option: list[Mapping], metric: str, free: lis
         curve = points.loc[unit]
         return at_loss(loss[unit], curve["learning_loss"], curve["value"])
 
-    return of_units.assign(value=of_units["unit"].map(value), uploads=np.nan)
+    return of_units.assign(value=of_units["unit"].map(value).astype(float), uploads=np.nan)
 
 
 def _joined(rows: pd.DataFrame, columns: list[str]) -> pd.Series:
