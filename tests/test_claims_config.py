@@ -308,3 +308,14 @@ def test_a_run_leaves_out_more_claims_on_top_of_its_scales_with_dots_in_their_id
                                      "left_out": {i: "a second run" for i in giml}})
     assert set(giml) | set(raw["reduced_overrides"]["left_out"]) == set(config["left_out"])
     assert "fig6" not in plan.targets(config)
+
+
+def test_a_claim_plans_only_the_regime_entries_on_its_target_s_datasets():
+    """RecUP-FL's Adult claims (Fig. 10) need Adult's adversaries and FL, not LFW's,
+    AudioMNIST's or CelebA's entries: a run of them alone plans none of those."""
+    raw = _raw("recupfl")
+    others = {c["id"]: "another part" for c in raw["claims"] if c["target"] != "fig10"}
+    config = configuration.validate({**raw, "scale": "reduced", "left_out": others})
+    required = {e["id"] for e in claim_rows.required_entries(config)}
+    assert required == {f"{a}-undefended-adult" for a in ("stru-nn", "unkwn-nn", "svm", "rf")
+                        } | {"fl-undefended-adult"}

@@ -46,12 +46,14 @@ def required_entries(config: Mapping) -> list[Mapping]:
     """The regime entries some planned claim may require (``report.verdicts``): those its
     ``requires`` names, else the entries of the part its kind reads (``reconstructs``: an
     attack claim's entries of the attacks it may read, every entry for an attribute claim;
-    ``learns``: a utility claim, or one picking rows by an FL metric)."""
+    ``learns``: a utility claim, or one picking rows by an FL metric), on the datasets its
+    target selects."""
     regime, names = config.get("regime", {}), set()
     for claim in planned_claims(config):
         if claim["target"] not in config["targets"]:
             continue  # a narrowed configuration (one target's estimate)
         study = "study" in config["targets"][claim["target"]]
+        on = _target_datasets(config["targets"][claim["target"]])
         kind = kind_of(claim["metric"], study)
         parts = {"reconstructs": kind in ("attack", "attribute"), "learns": reads_fl(claim, study)}
         for part in (p for p, read in parts.items() if read):
@@ -62,8 +64,19 @@ def required_entries(config: Mapping) -> list[Mapping]:
             read = attacks_named(config, claim) if kind == "attack" and part == "reconstructs" \
                 else None
             names |= {e["id"] for e in regime.get(part, [])
-                      if read is None or set(e.get("attacks", [])) & read}
+                      if (read is None or set(e.get("attacks", [])) & read)
+                      and (on is None or not e.get("datasets") or set(e["datasets"]) & on)}
     return [e for e in entries(config) if e["id"] in names]
+
+
+def _target_datasets(target: Mapping) -> set[str] | None:
+    """The datasets a target's selections name (None: a study, or a selection of any)."""
+    names: set[str] = set()
+    for selection in target.get("select") or [None]:
+        if not selection or not selection.get("datasets"):
+            return None
+        names |= set(selection["datasets"])
+    return names
 
 
 def read_rows(config: Mapping) -> dict[str, list[dict]]:
