@@ -268,14 +268,15 @@ def test_a_run_made_in_parts_is_one_section_with_each_claim_from_the_part_that_r
                       "to": {"defense": "soteria"}, "expect": {"<": 0},
                       "statement": "it works"}).to_dict()
     left = {**judged, "verdict": "untestable", "why": "left out at this scale: another part"}
-    for part, rows, commit in (("a", [judged, {**left, "claim": "d"}], "aaa1111"),
-                               ("b", [left, {**judged, "claim": "d"}], "bbb2222")):
+    for part, rows, commit in (("a", [left, {**judged, "claim": "d"}], "aaa1111"),
+                               ("b", [judged, {**left, "claim": "d"}], "bbb2222")):
         pd.DataFrame(rows).to_csv(tmp_path / f"p-{part}.csv", index=False)
         (tmp_path / f"p-{part}.run.json").write_text(json.dumps(
             {"commit": commit, "command": f"snakemake part {part}", "cpu_hours": 1.0}))
     assert cli.main(["verdicts", str(tmp_path / "p-a.csv"), str(tmp_path / "p-b.csv")]) == 0
     text = capsys.readouterr().out
     assert text.count("## P") == 1 and "**2 hold (of 2)**." in text
+    assert text.index("| c ") < text.index("| d ")  # the claims in the first part's order
     assert "Run: commit `aaa1111`, then `bbb2222`, scale reduced, `snakemake part a`, then " \
            "`snakemake part b`, 2 CPU-hours." in text
 

@@ -49,9 +49,11 @@ def merged(parts: list[Run]) -> Run:
     if len(parts) == 1:
         return parts[0]
     claims = pd.concat([part.claims for part in parts], ignore_index=True)
+    order = {claim: i for i, claim in enumerate(dict.fromkeys(claims["claim"]))}
     left_out = texts(claims["why"]).str.startswith("left out")
     claims = (claims.assign(_left_out=left_out).sort_values("_left_out", kind="stable")
-              .drop_duplicates("claim").sort_index().drop(columns="_left_out"))
+              .drop_duplicates("claim").sort_values("claim", key=lambda c: c.map(order))
+              .drop(columns="_left_out"))
     regimes = [part.regime for part in parts if part.regime is not None]
     regime = None
     if regimes:
