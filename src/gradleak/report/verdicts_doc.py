@@ -108,7 +108,9 @@ def counts_lines(claims: pd.DataFrame) -> list[str]:
 
 def _kind(reason: str) -> str:
     """A reason without its numbers: what it is about."""
-    for key, text in (("smoke scale", "the smoke scale"), ("left out", "its cost at this scale"),
+    for key, text in (("smoke scale", "the smoke scale"),
+                      ("left to ", "a part of the run still to make (docs/papers.md)"),
+                      ("left out", "its cost at this scale"),
                       ("not planned", "rows not planned at this scale"),
                       ("is planned", "rows not planned at this scale"),
                       ("not run", "rows not run"), ("iterations", "attack budgets cut"),
