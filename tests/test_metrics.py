@@ -1,6 +1,7 @@
 import math
 
 import numpy as np
+import pandas as pd
 import torch
 
 from gradleak import metrics
@@ -78,6 +79,10 @@ def test_lpips_on_vgg_reads_torchvision_s_vgg16_file_from_the_hub_cache(digits, 
 
 def test_pmm_is_the_accuracy_ratio():
     assert metrics.pmm(0.45, 0.9) == 50.0
+    assert np.isnan(metrics.pmm(0.0, 0.0))  # an undefended run that learnt nothing: no PMM
+    table = pd.Series([0.45, 0.3], index=[3, 7])
+    assert metrics.pmm(table, pd.Series([0.9, 0.0], index=[3, 7])).tolist()[0] == 50.0
+    assert np.isnan(metrics.pmm(table, pd.Series([0.9, 0.0], index=[3, 7]))[7])
 
 
 def test_stlpips_is_zero_for_identical_images_and_orders_a_blur_series():

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 
 def pmm(defense_accuracy, original_accuracy):
     """PMM = defense_acc / original_acc x 100 (Refiner §5.3); numbers, arrays or Series.
 
-    A missing (NaN) original accuracy gives NaN; a non-positive one is an error.
+    A missing (NaN) or zero original accuracy gives NaN: an undefended run that classifies
+    nothing right (GIAS's one-round FL on 1,000 classes) has no performance to maintain.
     """
-    if np.any(np.asarray(original_accuracy, dtype=float) <= 0):
-        raise ValueError(f"original accuracy must be > 0 to compute PMM, got {original_accuracy}")
-    return 100.0 * defense_accuracy / original_accuracy
+    original = np.asarray(original_accuracy, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = 100.0 * np.asarray(defense_accuracy, dtype=float) / np.where(
+            original > 0, original, np.nan)
+    if isinstance(defense_accuracy, pd.Series):
+        return pd.Series(ratio, index=defense_accuracy.index)
+    return ratio if ratio.ndim else float(ratio)
