@@ -291,7 +291,9 @@ def test_a_matched_claim_reads_the_baseline_at_the_defended_run_s_learning_loss(
     assert plain["ours"] == pytest.approx(-0.08)  # the fixed pair, at different losses
     beyond = measure({**claim, "of": {"defense": "recupfl", "strength": 0.5}}, spec, table,
                      source_of(inputs, spec["metrics"]))
-    assert beyond["n_to"] == 0 and beyond["unmet"].startswith("attribute_asr not measured on to")
+    assert beyond["n_to"] == 0 and beyond["unmet"] == (
+        "learning_loss 0.65 outside the dp_gaussian curve's span 0.5-0.6: no value at the "
+        "same loss on any of 6 units")
     absent = measure({**claim, "of": {"defense": "recupfl", "strength": 0.9}}, spec, table,
                      source_of(inputs, spec["metrics"]))  # a smoke scale plans no such row
     assert absent["n_of"] == absent["n_to"] == 0 and np.isnan(absent["ours"])

@@ -111,7 +111,20 @@ def _matched(source: pd.DataFrame, option: list[Mapping], metric: str, free: lis
         curve = points.loc[unit]
         return at_loss(loss[unit], curve["learning_loss"], curve["value"])
 
-    return of_units.assign(value=of_units["unit"].map(value).astype(float), uploads=np.nan)
+    matched = of_units.assign(value=of_units["unit"].map(value).astype(float), uploads=np.nan)
+    spans = points["learning_loss"].groupby(level="unit").agg(["min", "max"])
+    if matched["value"].isna().all() and len(loss) and len(spans):
+        matched.attrs["unmatched"] = (
+            f"learning_loss {_span(loss.min(), loss.max())} outside the "
+            f"{str(option[1]['defense']).split('~')[0]} curve's span "
+            f"{_span(spans['min'].min(), spans['max'].max())}: no value at the same loss on "
+            f"any of {len(matched)} units")
+    return matched
+
+
+def _span(low: float, high: float) -> str:
+    """``low``-``high`` in 5 digits, one number where they are equal there."""
+    return f"{low:.5g}" if f"{low:.5g}" == f"{high:.5g}" else f"{low:.5g}-{high:.5g}"
 
 
 def _joined(rows: pd.DataFrame, columns: list[str]) -> pd.Series:
@@ -337,8 +350,8 @@ def _unmeasured(claim: Mapping, sides: list[pd.DataFrame], counts: list[int],
                                       claim["of"]).items() if v is not None}
             return [f"not run: no row of {claim['target']} with {rows or 'any keys'}"]
         if not counts[i]:
-            return [f"{claim['metric']} not measured on {names[i]} (NaN on all "
-                    f"{len(side)} units)"]
+            return [side.attrs.get("unmatched") or f"{claim['metric']} not measured on "
+                    f"{names[i]} (NaN on all {len(side)} units)"]
     if made.method.startswith("sign") or np.isfinite(made.low):
         return []
     return ["fewer than 2 units" if min(counts) < 2 else

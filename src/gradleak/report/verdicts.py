@@ -212,7 +212,7 @@ def judge(claim: Mapping, measured: Mapping, regime: Mapping, regime_rows: pd.Da
         unmet = [r for r in _text(measured["unmet"]).split("; ") if r]
         reasons += unmet
         if not any(r.startswith(("not run", "no row")) or " not measured on " in r
-                   for r in unmet):
+                   or "no value at the same loss" in r for r in unmet):
             reasons += requirement_reasons(claim, measured, regime, regime_rows, study)
     if reasons:
         return "untestable", "; ".join(dict.fromkeys(reasons))
