@@ -118,7 +118,9 @@ def _kind(reason: str) -> str:
                       ("fixed setting", "too few fixed settings"),
                       ("regime entry", "no regime stated"),
                       ("undefended", "an undefended attack or FL out of regime"),
-                      ("not measured", "a metric not measured"), ("interval", "no interval"),
+                      ("not measured", "a metric not measured"),
+                      ("same loss", "a baseline whose curve misses the defense's loss"),
+                      ("interval", "no interval"),
                       ("units", "no interval")):
         if key in reason:
             return text
