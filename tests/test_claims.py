@@ -294,6 +294,14 @@ def test_a_matched_claim_reads_the_baseline_at_the_defended_run_s_learning_loss(
     assert beyond["n_to"] == 0 and beyond["unmet"] == (
         "learning_loss 0.65 outside the dp_gaussian curve's span 0.5-0.6: no value at the "
         "same loss on any of 6 units")
+    # RecUP-FL §6.3's tolerance: DP's points within 0.14 of 0.65 (0.60 and 0.52) count, the
+    # lower ASR of the two read (the baseline the claim must beat)
+    near = measure({**claim, "of": {"defense": "recupfl", "strength": 0.5},
+                    "matched_within": 0.14}, spec, table, source_of(inputs, spec["metrics"]))
+    assert near["ours"] == pytest.approx(-0.20 - (-0.05)) and near["n_to"] == 6
+    far = measure({**claim, "of": {"defense": "recupfl", "strength": 0.5},
+                   "matched_within": 0.01}, spec, table, source_of(inputs, spec["metrics"]))
+    assert far["n_to"] == 0 and far["unmet"].startswith("learning_loss 0.65 outside 0.01 of")
     absent = measure({**claim, "of": {"defense": "recupfl", "strength": 0.9}}, spec, table,
                      source_of(inputs, spec["metrics"]))  # a smoke scale plans no such row
     assert absent["n_of"] == absent["n_to"] == 0 and np.isnan(absent["ours"])

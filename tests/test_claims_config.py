@@ -179,7 +179,7 @@ def test_a_matched_claim_plans_its_baseline_s_whole_curve_from_the_undefended_ru
     dp = {s for s in curve if s.startswith("dp_gaussian")}
     assert len(dp) == 5 and "none-0" in curve
     assert not any(s.startswith(("dp_laplace", "pruning", "soteria")) for s in curve)
-    named = {k: v for k, v in claim.items() if k != "matched"}
+    named = {k: v for k, v in claim.items() if k not in ("matched", "matched_within")}
     assert {s for s in planned(named) if s.startswith("dp_gaussian")} < dp
 
 
@@ -320,3 +320,18 @@ def test_a_claim_plans_only_the_regime_entries_on_its_target_s_datasets():
     required = {e["id"] for e in claim_rows.required_entries(config)}
     assert required == {f"{a}-undefended-adult" for a in ("stru-nn", "unkwn-nn", "svm", "rf")
                         } | {"fl-undefended-adult"}
+
+
+def test_a_same_loss_tolerance_needs_the_side_its_claim_must_beat():
+    """``matched_within`` reads the baseline's point least favourable to the claim, which
+    only a one-sided ``expect`` names; without ``matched`` it means nothing."""
+    recupfl = _raw("recupfl")
+    matched = next(c for c in recupfl["claims"] if "matched" in c)
+    band = {**matched, "matched_within": 1e-3, "expect": {"between": [-0.1, 0.1]},
+            "reason": "r"}
+    with pytest.raises(cfg.ConfigError, match=re.escape(
+            "'matched_within' with expect {'between': [-0.1, 0.1]}; expected '<' or '>'")):
+        configuration.validate({**recupfl, "claims": [band]})
+    alone = {k: v for k, v in matched.items() if k != "matched"} | {"matched_within": 1e-3}
+    with pytest.raises(cfg.ConfigError, match="claims"):
+        configuration.validate({**recupfl, "claims": [alone]})

@@ -130,6 +130,9 @@ def validate(config: dict) -> None:
         if "matched" in claim and kind_of(claim["metric"]) != "attribute":
             raise ConfigError(f"{where}: 'matched' on {claim['metric']}; expected an attribute "
                               f"metric (an adversary's ASR against a defense's curve)")
+        if "matched_within" in claim and not any(k in claim["expect"] for k in "<>"):
+            raise ConfigError(f"{where}: 'matched_within' with expect {claim['expect']}; "
+                              f"expected '<' or '>' (which side the claim must beat)")
         if statistic(claim["metric"]) == "asr" and claim["by"] == "ratio":
             raise ConfigError(f"{where}: 'by' ratio of a rate (asr); expected difference")
         low, high = claim["expect"].get("between", (0, 0))

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from gradleak.report import intervals
-from gradleak.report.matched_loss import at_loss
+from gradleak.report.matched_loss import at_loss, at_loss_within
 from gradleak.report.reference import matching
 from gradleak.report.tables import SUCCESS_SSIM
 from gradleak.settings import UNDEFENDED
@@ -89,12 +89,16 @@ def units(source: pd.DataFrame, where: Mapping, keys: list[str], metric: str, ki
             .reset_index())
 
 
-def _matched(source: pd.DataFrame, option: list[Mapping], metric: str, free: list[str],
+def _matched(source: pd.DataFrame, option: list[Mapping], claim: Mapping, free: list[str],
              of_units: pd.DataFrame) -> pd.DataFrame:
     """The ``to`` side at the ``of`` side's learning loss (``matched: learning_loss``): per
     fixed setting (``of_units``' units), the ``to`` defense's curve over all its strengths
     (its labels' ``Family``) and the undefended rows (its start), at the loss the ``of``
-    row reached; NaN where the curve does not span it (``matched_loss.at_loss``)."""
+    row reached; NaN where the curve does not span it (``matched_loss.at_loss``). With
+    ``matched_within``, its points that close to that loss count too, the one least
+    favourable to the claim read (``matched_loss.at_loss_within``)."""
+    metric, within = claim["metric"], claim.get("matched_within")
+    pick = min if any(k.startswith("<") for k in claim["expect"]) else max  # the hardest
     family = Family(option[1]["defense"])
     curve = {**{k: v for k, v in option[1].items() if k != "strength"}, "defense": family}
     rows = pd.concat([_where(source, curve),
@@ -109,13 +113,17 @@ def _matched(source: pd.DataFrame, option: list[Mapping], metric: str, free: lis
         if unit not in loss or unit not in points.index.get_level_values("unit"):
             return np.nan
         curve = points.loc[unit]
+        if within is not None:
+            return at_loss_within(loss[unit], curve["learning_loss"], curve["value"], within,
+                                  pick)
         return at_loss(loss[unit], curve["learning_loss"], curve["value"])
 
     matched = of_units.assign(value=of_units["unit"].map(value).astype(float), uploads=np.nan)
     spans = points["learning_loss"].groupby(level="unit").agg(["min", "max"])
     if matched["value"].isna().all() and len(loss) and len(spans):
         matched.attrs["unmatched"] = (
-            f"learning_loss {_span(loss.min(), loss.max())} outside the "
+            f"learning_loss {_span(loss.min(), loss.max())} outside"
+            f"{f' {within:g} of' if within else ''} the "
             f"{str(option[1]['defense']).split('~')[0]} curve's span "
             f"{_span(spans['min'].min(), spans['max'].max())}: no value at the same loss on "
             f"any of {len(matched)} units")
@@ -299,7 +307,7 @@ def measure(claim: Mapping, spec: Mapping, table: pd.DataFrame, source: pd.DataF
         sides = [units(frames(kind), w, keys, claim["metric"], kind, over, free)
                  for w in option]
         if claim.get("matched"):
-            sides[1] = _matched(frames(kind), option, claim["metric"], free, sides[0])
+            sides[1] = _matched(frames(kind), option, claim, free, sides[0])
         made.append((sides, *_contrast(sides, claim, kind)))
     sides, first, paired = made[0]
     counts = [int(s["value"].notna().sum()) for s in sides]
