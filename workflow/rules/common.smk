@@ -144,6 +144,12 @@ def rule_params(phase):
     return lambda wildcards: phase.params(config, RESULTS, identity(phase, wildcards))
 
 
+def rule_threads(phase):
+    """The torch threads of a job that runs a model, for Snakemake to count against
+    --cores (and SLURM's CPUs per task); one for the others."""
+    return config["threads"] if phase.computes else 1
+
+
 def rule_priority(phase):
     if not phase.wildcards:
         return phase.priority(config, RESULTS, {})

@@ -22,6 +22,7 @@ for phase in phases.every():
             rule_path(phase, paths.log),
         benchmark:
             rule_path(phase, paths.benchmark)
+        threads: rule_threads(phase)
         priority: rule_priority(phase)
         resources:
             **cluster_resources(phase),

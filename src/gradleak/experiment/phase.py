@@ -177,6 +177,12 @@ class Phase:
                              f"each in its reads {list(self.reads)}")
 
     @property
+    def computes(self) -> bool:
+        """Whether its jobs run a model (``config["threads"]`` torch threads each): the phases
+        that may run on the device."""
+        return self.gpu is not never
+
+    @property
     def command(self) -> str:
         """Its ``gradleak`` command: the name with dashes (``fl_run`` -> ``fl-run``)."""
         return self.name.replace("_", "-")
