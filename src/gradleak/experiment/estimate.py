@@ -7,10 +7,11 @@ first output, as Snakemake identifies it.
 
 The **rates** are measured on the machine at hand by a short calibration that
 ``estimate`` runs itself (``calibrate``: each unit timed a few times after a warm-up, the
-median, with ``threads`` torch threads as the jobs run), cached as JSON under
+fastest, with ``threads`` torch threads as the jobs run), cached as JSON under
 ``$GRADLEAK_CACHE`` (default ``$XDG_CACHE_HOME/gradleak`` or ``~/.cache/gradleak``), one file
 ``estimate-<hostname>-torch<version>-<device>.json`` per machine, torch version and device;
-a unit already in the cache is not measured again. On the CPU a unit's seconds are CPU
+a unit already in the cache is not measured again (delete the file to measure every unit
+again, best on an otherwise idle machine). On the CPU a unit's seconds are CPU
 seconds (``time.process_time``; the start-up's child process by ``getrusage``): CPU-hours,
 which a dedicated core spends as wall time, and far less sensitive than wall time to other
 processes sharing the machine (``benchmarks/estimate_check.py`` compares them with a run's
@@ -34,7 +35,6 @@ import json
 import os
 import platform
 import resource
-import statistics
 import subprocess
 import sys
 from collections import Counter
@@ -55,7 +55,7 @@ from gradleak.utils.device import to_device
 from gradleak.utils.io import write_json
 from gradleak.utils.timing import timed
 
-REPEATS = 3  # timed runs per unit after one warm-up; the median is kept
+REPEATS = 5  # timed runs per unit after one warm-up; the fastest, the least disturbed, is kept
 LBFGS_ITERATIONS = 100  # an ``lbfgs`` unit's timed attack (its early steps search longest)
 # a ``defend`` unit is timed on at most this many images and scaled to its batch: the
 # defenses' work is per sample (Soteria's Jacobian, Refiner's and CENSOR's batch passes), and
@@ -283,7 +283,8 @@ def _timed_share(unit: str) -> float:
 def calibrate(units: Iterable[str], device: str = "cpu", threads: int | None = None,
               refresh: bool = False) -> dict[str, float]:
     """Seconds per unit on ``device``, from the cache where it has them; the others are
-    measured (a warm-up, then the median of ``REPEATS`` runs) and added to the cache."""
+    measured (a warm-up, then the fastest of ``REPEATS`` runs: other work on the machine
+    only ever slows a run) and added to the cache."""
     path = cache_file(device)
     cached: dict[str, float] = {}
     if path.is_file() and not refresh:
@@ -298,8 +299,8 @@ def calibrate(units: Iterable[str], device: str = "cpu", threads: int | None = N
                              file=sys.stderr):
                 call = _unit_call(unit, torch.device(device))
                 call()  # warm-up: lazy initialisation, allocator growth
-                cached[unit] = statistics.median(_seconds(call, device)
-                                                 for _ in range(REPEATS)) / _timed_share(unit)
+                cached[unit] = min(_seconds(call, device)
+                                   for _ in range(REPEATS)) / _timed_share(unit)
         finally:
             torch.set_num_threads(before)
         write_json(path, dict(sorted(cached.items())))
