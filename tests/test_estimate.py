@@ -232,6 +232,23 @@ def test_each_unit_kind_is_timed_by_the_phase_that_declares_it_and_an_unknown_on
         estimate._unit_call("warp_step:3:b4", torch.device("cpu"))
 
 
+def test_giml_is_priced_by_its_inner_iterations_through_the_generator(monkeypatch):
+    """GIML's outer steps cost their inner searches through the generator it meta-learns
+    (m101: a quarter of it when priced as image-space matches): one timed call runs
+    ``share`` of them."""
+    from gradleak.experiment.phases import train_giml
+
+    unit = "giml_iteration:lenet:1x32x32:10:True:8:4:b1"
+    estimate._unit_call(unit, torch.device("cpu"))()
+    assert estimate._timed_share(unit) == 2 * train_giml.TIMED_ITERATIONS
+    config = {"giml": {"outer_steps": 3, "tasks_per_step": 2, "latent_iterations": 5,
+                       "parameter_iterations": 4, "batch_size": 1, "latent_dim": 8,
+                       "width": 4}}
+    monkeypatch.setattr(train_giml.cost, "model_unit",
+                        lambda c, r, case, kind, b: f"{kind}:lenet:1x32x32:10:True:b{b}")
+    assert train_giml._work(config, Path("results"), {"case": "c"}) == {unit: 3 * 2 * 9}
+
+
 def test_local_epochs_on_an_attribute_stand_in_are_priced_over_its_shards():
     """RecUP-FL §6.4's clients train a local epoch over their shards: on an attribute
     dataset's stand-in (its size known before it is prepared, the digits' or the seeded

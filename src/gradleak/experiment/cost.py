@@ -14,6 +14,8 @@ and the cluster's wall times with assumed ones (``experiment.cluster``). The uni
   engine runs it (up to 20 evaluations in its line search, the iterate checked and copied);
 - ``gan_step:...``, ``evalnet_step:...``, ``mlp_step:...``: one training step of the DCGAN
   prior, Refiner's evaluation network, a RecUP-FL defender MLP;
+- ``giml_iteration:<model>...:<latent_dim>:<width>:b<batch>``: one iteration of GIML's
+  inner searches, through the generator being meta-learned;
 - ``inverter_step:<hidden>:<features>:<model>...``: one training step of Learning to
   Invert's inversion network, reading ``features`` of the model's upload (0: all of it);
 - ``defend:<spec>:<model>:...:b<batch>``: one client's upload through its setting's

@@ -271,13 +271,13 @@ def _public_images(shape: tuple, classes: int, count: int, only: int | None,
 
 def _timed_share(unit: str) -> float:
     """How many units one timed call runs: an ``lbfgs`` unit's iterations, a ``defend``
-    unit's share of its batch."""
+    unit's share of its batch, a phase's timer's ``share`` where it declares one (else 1)."""
     if unit.startswith("lbfgs:"):
         return LBFGS_ITERATIONS
     if unit.startswith("defend:"):
         batch = int(unit.rsplit(":b", 1)[1])
         return min(batch, DEFEND_BATCH) / batch
-    return 1
+    return getattr(timers().get(unit.split(":", 1)[0]), "share", 1)
 
 
 def calibrate(units: Iterable[str], device: str = "cpu", threads: int | None = None,

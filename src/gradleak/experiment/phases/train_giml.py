@@ -74,11 +74,36 @@ def train_giml(config: dict, results: Path, case: str, resume: Resume | None = N
 
 
 def _work(config: dict, results: Path, job: dict) -> dict[str, int]:
-    """Outer steps x tasks x (latent + parameter iterations) matches at ``giml.batch_size``."""
+    """Outer steps x tasks x (latent + parameter iterations) of the inner searches, each
+    through the generator (``giml_iteration``, at ``giml.batch_size``)."""
     spec = config["giml"]
     iterations = spec["latent_iterations"] + spec["parameter_iterations"]
-    return {cost.model_unit(config, results, job["case"], "match", spec["batch_size"]):
+    model, batch = cost.model_unit(config, results, job["case"], "giml_iteration",
+                                   spec["batch_size"]).rsplit(":", 1)
+    return {f"{model}:{spec['latent_dim']}:{spec['width']}:{batch}":
             spec["outer_steps"] * spec["tasks_per_step"] * iterations}
+
+
+def _time_iterations(parts: list[str], batch: int, device, gen):
+    """``TIMED_ITERATIONS`` latent and as many parameter iterations of Alg. 2's inner
+    searches (``adapt``) on one random task of the unit's model, through a random DCGAN of
+    its ``latent_dim`` and ``width``: ``share`` iterations a call (``giml_iteration``)."""
+    from gradleak.attacks.giml import adapt
+
+    model, shape, classes = cost.model_of(parts[:-2], device)
+    x = torch.rand((batch, *shape), generator=gen).to(device)
+    y = torch.randint(classes, (batch,), generator=gen).to(device)
+    task = Observation(model=model, batch_size=batch, input_shape=shape,
+                       gradient=defenses.build("none")(defenses.DefenseContext(model, x, y)))
+    generator = models.dcgan.untrained_generator(int(parts[-2]), shape[0], int(parts[-1]), 0,
+                                                 shape[1]).to(device)
+    return lambda: adapt(generator, [task], latent_iterations=TIMED_ITERATIONS,
+                         parameter_iterations=TIMED_ITERATIONS, lr_z=0.03, lr_w=1e-3,
+                         z_norm=1e-3, tv=1e-4, distance="cosine", rng=gen)
+
+
+TIMED_ITERATIONS = 25
+_time_iterations.share = 2 * TIMED_ITERATIONS
 
 
 def _outputs(config: dict, results: Path, jobs=None) -> dict[str, Output]:
@@ -111,6 +136,7 @@ PHASE = Phase(
     params=lambda config, results, job: config["giml"],
     gpu=always,
     work=_work,
+    units={"giml_iteration": _time_iterations},
     startup="startup:gradients",
     kinds=KINDS,
     resumable=True,
