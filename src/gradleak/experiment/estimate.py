@@ -301,9 +301,9 @@ def calibrate(units: Iterable[str], device: str = "cpu", threads: int | None = N
                 call()  # warm-up: lazy initialisation, allocator growth
                 cached[unit] = min(_seconds(call, device)
                                    for _ in range(REPEATS)) / _timed_share(unit)
+                write_json(path, dict(sorted(cached.items())))  # kept if stopped midway
         finally:
             torch.set_num_threads(before)
-        write_json(path, dict(sorted(cached.items())))
     return cached
 
 
