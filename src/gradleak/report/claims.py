@@ -98,7 +98,7 @@ def _matched(source: pd.DataFrame, option: list[Mapping], claim: Mapping, free: 
     ``matched_within``, its points that close to that loss count too, the one least
     favourable to the claim read (``matched_loss.at_loss_within``)."""
     metric, within = claim["metric"], claim.get("matched_within")
-    pick = min if any(k.startswith("<") for k in claim["expect"]) else max  # the hardest
+    pick = min if "<" in claim["expect"] else max  # the baseline hardest to beat
     family = Family(option[1]["defense"])
     curve = {**{k: v for k, v in option[1].items() if k != "strength"}, "defense": family}
     rows = pd.concat([_where(source, curve),
