@@ -139,6 +139,24 @@ def test_a_defended_upload_is_priced_with_its_defense_and_stand_ins(tmp_path, mo
     assert rates[soteria] > rates[step] and rates[refiner] > rates[step]
 
 
+def test_a_defense_that_reads_the_gradient_alone_is_priced_per_upload_not_per_image(tmp_path):
+    """Noise, pruning and quantisation (schema ``work: gradient``) are timed on the whole
+    upload and not scaled by the batch: scaled from 8 images, as a per-sample defense is,
+    they were priced 8x at batch 64 (m103)."""
+    config, _ = configured(tmp_path, **{"defenses.soteria": {"strengths": [0.5]}})
+    found = estimate.jobs(config, tmp_path / "results")
+    kinds = {Path(first).parts[-3]: {u.split(":")[0] for u in job.work if "defend" in u}
+             for (rule, first), job in found.items() if rule == "fl_run"}
+    assert kinds["dp_gaussian-0.01"] == {"defend_gradient"}
+    assert kinds["soteria-0.5"] == {"defend"} and kinds["refiner-0.1"] == {"defend"}
+    unit = next(u for (rule, first), job in found.items() if rule == "fl_run"
+                and "dp_gaussian" in first for u in job.work if u.startswith("defend_gradient"))
+    assert estimate._timed_share(unit) == 1
+    model_part = unit.rsplit(":b", 1)[0]
+    assert estimate._timed_share(f"defend:{model_part.split(':', 1)[1]}:b64") == 1 / 8
+    estimate._unit_call(f"{model_part}:b64", torch.device("cpu"))()  # the whole batch
+
+
 def test_attack_iterations_follow_each_attack_s_stages():
     assert attack_iterations("dlg", {"iterations": 7}) == 7
     assert attack_iterations("gias", {"variant": "z/w", "latent_iterations": 3,

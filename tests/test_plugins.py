@@ -124,7 +124,9 @@ def test_a_plugin_attack_reconstructs_a_digit_through_the_python_api(tmp_path):
     (PLUGIN.replace("    cites = ", "    cited = "), None, "needs `cites`"),
     (PLUGIN.replace('"default": 0.01', '"minimum": 0'), None, "has no default"),
     (PLUGIN, "gradleak_rounding:Missing", "does not load"),
-], ids=["no-cites", "no-default", "no-class"])
+    (PLUGIN.replace('"stronger": "higher",', '"stronger": "higher", "work": "sample",'), None,
+     "work 'sample'; expected 'gradient' or 'batch'"),
+], ids=["no-cites", "no-default", "no-class", "bad-work"])
 def test_a_broken_plugin_stops_with_one_line_naming_it(tmp_path, source, entry, says):
     env = install(tmp_path / "site", source, entry or "gradleak_rounding:Rounding")
     proc = gradleak(["list"], env)

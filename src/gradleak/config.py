@@ -158,6 +158,12 @@ def stronger(defense: str) -> str:
     return definition("defenses", defense).get("stronger", "higher")
 
 
+def work(defense: str) -> str:
+    """"gradient" when a defense's work on one upload does not grow with its batch, else
+    "batch" (per-sample passes)."""
+    return definition("defenses", defense).get("work", "batch")
+
+
 def resolve(kind: str, name: str, params: Mapping[str, Any], where: str = "",
             prefix: str = "invalid config") -> dict:
     """``params`` of an attack or defense with its schema defaults filled in, validated.

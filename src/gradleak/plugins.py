@@ -7,8 +7,9 @@ keyword arguments) and carries two attributes:
 
 - ``schema``: its parameters as the configuration schema writes a built-in's
   (``{"properties": {param: {"type": ..., "default": ...}}}``, every parameter with a
-  default; a defense adds ``knob``, the parameter its ``strengths`` sweep, and ``stronger``,
-  ``"higher"`` or ``"lower"``);
+  default; a defense adds ``knob``, the parameter its ``strengths`` sweep, ``stronger``,
+  ``"higher"`` or ``"lower"``, and may add ``work``, ``"gradient"`` where its work on an
+  upload does not grow with the batch (default ``"batch"``);
 - ``cites``: the paper it implements, printed by ``gradleak list``.
 
 The configuration then names it like a built-in one, ``gradleak validate`` checks its
@@ -54,6 +55,8 @@ def _checked(kind: str, name: str, where: str, cls) -> dict:
         if rules.get("stronger", "higher") not in ("higher", "lower"):
             raise PluginError(f"{said}: stronger {rules['stronger']!r}; expected 'higher' or "
                               f"'lower'")
+        if rules.get("work", "batch") not in ("gradient", "batch"):
+            raise PluginError(f"{said}: work {rules['work']!r}; expected 'gradient' or 'batch'")
     definition = {"type": "object", "additionalProperties": False, "knob": None, **rules}
     if kind == "attacks":
         definition.pop("knob")

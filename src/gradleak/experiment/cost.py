@@ -19,7 +19,10 @@ and the cluster's wall times with assumed ones (``experiment.cluster``). The uni
 - ``inverter_step:<hidden>:<features>:<model>...``: one training step of Learning to
   Invert's inversion network, reading ``features`` of the model's upload (0: all of it);
 - ``defend:<spec>:<model>:...:b<batch>``: one client's upload through its setting's
-  defense beyond the batch's gradient, which ``fl_step`` counts (``spec``: the defense,
+  defense beyond the batch's gradient, which ``fl_step`` counts, for a defense whose work
+  grows with the batch (per-sample passes: Soteria, Refiner, CENSOR); ``defend_gradient``
+  the same for one whose work reads the gradient alone (noise, pruning, quantisation:
+  the defense's ``work`` in the schema) (``spec``: the defense,
   its parameters and the artifacts it loads, as URL-safe
   base64 of their JSON, so that the unit names itself); timed with stand-ins for the
   artifacts (an untrained evaluation network of the configured widths, random public
@@ -40,7 +43,7 @@ import base64
 import json
 from pathlib import Path
 
-from gradleak import data
+from gradleak import config as cfg, data
 from gradleak.experiment import paths, plan
 
 UNPRICED_ARTIFACTS = frozenset({"model_zoo"})  # no stand-in: the defense's upload is not priced
@@ -62,7 +65,8 @@ def defense_unit(config: dict, results: Path, case: str, defense: str, params: d
     spec = {"defense": defense, "params": params, "needs": needs,
             "evalnet_widths": config["evalnet"]["widths"]}
     encoded = base64.urlsafe_b64encode(json.dumps(spec, sort_keys=True).encode()).decode()
-    return model_unit(config, results, case, f"defend:{encoded}", batch)
+    kind = "defend" if cfg.work(defense) == "batch" else "defend_gradient"
+    return model_unit(config, results, case, f"{kind}:{encoded}", batch)
 
 
 def defense_spec(encoded: str) -> dict:

@@ -22,7 +22,8 @@ factor turns a CPU's rates into a GPU's honestly; run ``gradleak estimate`` on t
 machine). An ``lbfgs`` unit is timed as the engine runs it, an iDLG attack of
 ``LBFGS_ITERATIONS`` iterations on one random victim from a random start, per iteration;
 a ``defend`` unit as a client's upload through the setting's defense on at most
-``DEFEND_BATCH`` random images, scaled to its batch.
+``DEFEND_BATCH`` random images, scaled to its batch; a ``defend_gradient`` unit (a defense
+whose work reads the gradient alone) as one upload of its whole batch, unscaled.
 
 A job that several targets need is counted in each of their rows and once in ``total``.
 """
@@ -208,7 +209,10 @@ def timers() -> dict[str, Callable[..., Callable[[], object]]]:
     return {"startup": lambda parts, batch, device, gen: _startup(":".join(["startup", *parts])),
             "figure": lambda parts, batch, device, gen: _figure(),
             "fl_step": _gradient_step, "match": _matching_step, "lbfgs": _lbfgs_attack,
-            "defend": _defended_upload, **own}
+            "defend": _defended_upload,
+            "defend_gradient": lambda parts, batch, device, gen: _defended_upload(
+                parts, batch, device, gen, cap=None),
+            **own}
 
 
 def _unit_call(unit: str, device: torch.device) -> Callable[[], object]:
@@ -239,13 +243,14 @@ def _lbfgs_attack(parts: list[str], batch: int, device: torch.device,
 
 
 def _defended_upload(parts: list[str], batch: int, device: torch.device,
-                     gen: torch.Generator) -> Callable[[], object]:
-    """One upload of random images (at most ``DEFEND_BATCH``) through the unit's defense,
-    given the batch's gradient (the ``fl_step`` unit's work), its artifacts stood in for
+                     gen: torch.Generator, cap: int | None = DEFEND_BATCH
+                     ) -> Callable[[], object]:
+    """One upload of random images (at most ``cap``) through the unit's defense, given the
+    batch's gradient (the ``fl_step`` unit's work), its artifacts stood in for
     (``experiment.cost``: their weights do not change the cost)."""
     spec = cost.defense_spec(parts[0])
     model, shape, classes = cost.model_of(parts[1:], device)
-    batch = min(batch, DEFEND_BATCH)
+    batch = batch if cap is None else min(batch, cap)
     x = torch.rand((batch, *shape), generator=gen).to(device)
     y = torch.randint(classes, (batch,), generator=gen).to(device)
     stand_ins = {"evalnet": lambda: untrained_evalnet(shape, spec["evalnet_widths"],
