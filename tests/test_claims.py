@@ -115,6 +115,12 @@ def test_an_attack_that_does_not_reconstruct_undefended_makes_the_claim_untestab
                       "to": {"defense": "soteria"}, "expect": {"<": 0}}, regime=weak)
     assert judged["verdict"] == "untestable"
     assert judged["why"] == "undefended ig psnr 23.2 not >= 25 (Table 10, paper 24)"
+    priced = {**REGIME, "reconstructs": [{**REGIME["reconstructs"][0], "floor": 25.0,
+                                          "in_regime_at": "9 CPU-hours at the paper's scale"}]}
+    judged = _judged({"metric": "psnr", "of": {"defense": "refiner"},
+                      "to": {"defense": "soteria"}, "expect": {"<": 0}}, regime=priced)
+    assert judged["why"] == ("undefended ig psnr 23.2 not >= 25 (Table 10, paper 24), in regime "
+                             "at 9 CPU-hours at the paper's scale")
     bare = _judged({"metric": "psnr", "of": {"defense": "refiner"}, "expect": {"<": 30}},
                    regime={**REGIME, "reconstructs": []})
     assert bare["why"] == "no regime entry says how ig reconstructs undefended"

@@ -143,8 +143,9 @@ def _regime_reasons(entries: list[Mapping], regime: pd.DataFrame) -> list[str]:
         if row["in_regime"] == "not measured":
             out.append(f"{what} not measured ({entry['target']}: {row['of']})")
         elif row["in_regime"] == "no":
+            cost = f", in regime at {entry['in_regime_at']}" if "in_regime_at" in entry else ""
             out.append(f"{what} {row['ours']:.3g} not {row['bound']} ({entry['source']}"
-                       f"{paper})")
+                       f"{paper}){cost}")
     return out
 
 
