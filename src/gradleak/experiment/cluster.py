@@ -81,9 +81,10 @@ def rate() -> float:
 
 def _seconds(unit: str) -> float:
     """Assumed seconds of one unit of work of a ``timed`` phase on the cluster. A defended
-    upload (``defend``, ``defend_gradient``) counts 0: its cost is the defense's (from milliseconds to seconds a
-    sample), which no assumed rate states; the doubled SGD steps are its margin. A unit
-    with no assumed rate is an error, so that a new one is priced or said to count 0."""
+    upload (``defend``, ``defend_gradient``) counts 0: its cost is the defense's (from
+    milliseconds to seconds a sample), which no assumed rate states; the doubled SGD steps
+    are its margin. A unit with no assumed rate is an error, so that a new one is priced or
+    said to count 0."""
     kind = unit.split(":")[0]
     assumed = {"match": 1 / rate(), "lbfgs": 1 / rate(), "fl_step": 1 / FL_STEPS_PER_SECOND,
                "defend": 0.0, "defend_gradient": 0.0}
