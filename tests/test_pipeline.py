@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -186,8 +187,10 @@ def test_two_clean_runs_are_byte_identical_and_the_html_report_captions_every_fi
     assert all(len(caption) > 40 for caption in entries.values())
 
 
+@functools.cache
 def slurm_unavailable() -> str | None:
-    """Why no SLURM controller can take jobs here, or None."""
+    """Why no SLURM controller can take jobs here, or None: asked when a slurm test starts,
+    not while tests are collected (`sinfo` waits about 9 s for a controller that is down)."""
     if shutil.which("sbatch") is None:
         return "SLURM is not installed (tests/cluster/slurm-local.sh install, as root)"
     proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
@@ -280,7 +283,6 @@ def live_slurm_run(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.slurm
 @pytest.mark.xdist_group("local_run")
-@pytest.mark.skipif(bool(slurm_unavailable()), reason=f"slurm test not run: {slurm_unavailable()}")
 def test_slurm_runs_every_job_in_arrays_or_alone_and_resubmits_a_cancelled_one(
         local_run, live_slurm_run):
     """Both SLURM profiles on a real single-node SLURM (tests/cluster/slurm-local.sh):
@@ -291,6 +293,8 @@ def test_slurm_runs_every_job_in_arrays_or_alone_and_resubmits_a_cancelled_one(
     cancelled with scancel mid-run is submitted again (the profile's retries). Together
     they run the local run's jobs, and the tables and figures are the local run's, byte
     for byte."""
+    if why := slurm_unavailable():
+        pytest.skip(f"slurm test not run: {why}")
     root, thread, seen = live_slurm_run
     thread.join(timeout=1800)
     first, output = seen["first"], seen.get("output", "")
