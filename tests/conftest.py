@@ -12,12 +12,13 @@ import pytest
 import torch
 
 from gradleak.experiment import configuration
+from gradleak.utils.threads import use_threads
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
-torch.set_num_threads(1)
+use_threads(1)  # each pytest-xdist worker on one core, its BLAS and OpenMP pools too
 
 
 # session fixtures that train a network (half a minute each, ``made_once``): the tests that
@@ -45,10 +46,11 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(autouse=True)
 def _torch_state_as_at_start():
     """Each test starts from one thread and torch's own kernels: a job run in-process sets its
-    thread count and deterministic kernels (``seed_everything``), and under pytest-xdist which
-    tests ran before in the same worker would otherwise change what a later one trains."""
+    thread counts (torch's, the BLAS pools') and deterministic kernels (``seed_everything``),
+    and under pytest-xdist which tests ran before in the same worker would otherwise change
+    what a later one trains."""
     yield
-    torch.set_num_threads(1)
+    use_threads(1)
     if torch.are_deterministic_algorithms_enabled():
         torch.use_deterministic_algorithms(False)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from gradleak import warm
 from gradleak.experiment import phases, resolved
 from gradleak.experiment.phase import WILDCARDS
+from gradleak.utils.threads import use_threads
 
 
 def _list(args, config: dict | None) -> None:
@@ -226,6 +227,8 @@ def _run_phase(phase):
             from gradleak.experiment import kept
 
             pieces["resume"] = kept.resume(phase, config, args.results, identity)
+        # the threads Snakemake counts for the job, before it loads SciPy or scikit-learn
+        use_threads(config["threads"] if phase.computes else 1)
         phase.run(config, args.results, **identity, **pieces)
     return run
 

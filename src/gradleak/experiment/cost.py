@@ -43,7 +43,8 @@ import base64
 import json
 from pathlib import Path
 
-from gradleak import config as cfg, data
+from gradleak import config as cfg
+from gradleak import data
 from gradleak.experiment import paths, plan
 
 UNPRICED_ARTIFACTS = frozenset({"model_zoo"})  # no stand-in: the defense's upload is not priced

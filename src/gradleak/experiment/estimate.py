@@ -54,6 +54,7 @@ from gradleak.experiment.studies.defense_cost import untrained_evalnet
 from gradleak.types import Observation, Update
 from gradleak.utils.device import to_device
 from gradleak.utils.io import write_json
+from gradleak.utils.threads import threads_within
 from gradleak.utils.timing import timed
 
 REPEATS = 5  # timed runs per unit after one warm-up; the fastest, the least disturbed, is kept
@@ -296,10 +297,7 @@ def calibrate(units: Iterable[str], device: str = "cpu", threads: int | None = N
         cached = json.loads(path.read_text())
     missing = sorted(set(units) - set(cached))
     if missing:
-        before = torch.get_num_threads()
-        if threads:
-            torch.set_num_threads(threads)
-        try:
+        with threads_within(threads or None):
             for unit in tqdm(missing, desc=f"calibrating on {device}", unit="unit",
                              file=sys.stderr):
                 call = _unit_call(unit, torch.device(device))
@@ -307,8 +305,6 @@ def calibrate(units: Iterable[str], device: str = "cpu", threads: int | None = N
                 cached[unit] = min(_seconds(call, device)
                                    for _ in range(REPEATS)) / _timed_share(unit)
                 write_json(path, dict(sorted(cached.items())))  # kept if stopped midway
-        finally:
-            torch.set_num_threads(before)
     return cached
 
 

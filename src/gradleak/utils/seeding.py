@@ -10,9 +10,12 @@ import sys
 import numpy as np
 import torch
 
+from gradleak.utils.threads import use_threads
+
 
 def seed_everything(seed: int, threads: int | None = None) -> None:
-    """Seed python, numpy and torch and switch torch to deterministic kernels."""
+    """Seed python, numpy and torch and switch torch to deterministic kernels; ``threads``:
+    the job's CPU threads, torch's and the BLAS and OpenMP pools' (``use_threads``)."""
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
     deterministic_kernels()  # first: before torch.manual_seed can reach CUDA
@@ -20,7 +23,7 @@ def seed_everything(seed: int, threads: int | None = None) -> None:
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     if threads is not None:
-        torch.set_num_threads(threads)
+        use_threads(threads)
 
 
 def deterministic_kernels() -> None:
